@@ -1,0 +1,300 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""The only compiled module: thin typed wrappers over kernels/hopmem_kernel.c.
+
+Inputs arrive validated (hopmem.memory does that); these functions build the C
+views over the State's arrays, release the GIL for the work, and write the
+scalar state back. IN arguments are const memoryviews; outputs are allocated
+here and returned.
+"""
+
+import numpy as np
+cimport numpy as cnp
+from libc.stdint cimport int64_t, int32_t, int8_t, uint64_t
+
+cnp.import_array()
+
+
+cdef extern from "hopmem_kernel.h" nogil:
+    ctypedef struct hm_state:
+        int64_t dim
+        int64_t size
+        int64_t capacity
+        int64_t *ids
+        float *addresses
+        double *counters
+        double *weights
+        double eta
+        int64_t writes
+        int64_t next_id
+        uint64_t rng
+
+    ctypedef struct hm_config:
+        int competitive
+        int64_t k
+        double beta
+        int64_t t_max
+        double epsilon
+        double eta_decay, eta_min
+        double tau_split, tau_merge, tau_overload
+        double gamma, tau_damp
+        int64_t max_locations
+
+    ctypedef struct hm_write_log:
+        int64_t *touched
+        int32_t *n_touched
+        int64_t touched_stride
+        int64_t *created
+        int32_t *n_created
+        int64_t *merges
+        int64_t merges_capacity
+        int64_t n_merges
+
+    void hm_dots(const float *A, int64_t n, int64_t dim, const float *x, float *out)
+    void hm_dots_batch(const float *A, int64_t n, int64_t dim, const float *X, int64_t nq,
+                       float *out)
+    int64_t hm_top_k(const float *values, int64_t n, int64_t k, int64_t *rows, float *top)
+    int hm_write(hm_state *s, const hm_config *c, const float *X, int64_t m, hm_write_log *log)
+    int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const float *dots,
+                    int fast_only, float *result, float *fast_result, int64_t *rows,
+                    double *sims, double *weights, int32_t *iterations, int8_t *converged)
+    int64_t hm_attention(const hm_state *s, const hm_config *c, const float *q, double scale,
+                         float *result, int64_t *rows, double *sims, double *weights)
+    int64_t hm_merge(hm_state *s, int64_t bound, double tau, int64_t *merges,
+                     int64_t max_merges)
+
+
+# Write in chunks so that the capacity reserved ahead (2 rows per vector) stays small.
+cdef int64_t WRITE_CHUNK = 4096
+# Batched reads score this many queries per pass over the address matrix.
+cdef int64_t READ_BLOCK = 64
+
+
+cdef hm_state _view(state) except *:
+    cdef hm_state s
+    cdef int64_t[::1] ids = state.ids
+    cdef float[:, ::1] addresses = state.addresses
+    cdef double[:, ::1] counters = state.counters
+    cdef double[::1] weights = state.weights
+    s.dim = state.dim
+    s.size = state.size
+    s.capacity = ids.shape[0]
+    s.ids = &ids[0]
+    s.addresses = &addresses[0, 0]
+    s.counters = &counters[0, 0]
+    s.weights = &weights[0]
+    s.eta = state.eta
+    s.writes = state.writes
+    s.next_id = state.next_id
+    s.rng = <uint64_t>state.rng
+    return s
+
+
+cdef void _store(state, hm_state *s) except *:
+    state.size = s.size
+    state.eta = s.eta
+    state.writes = s.writes
+    state.next_id = s.next_id
+    state.rng = int(s.rng)
+
+
+cdef hm_config _config(cfg) except *:
+    cdef hm_config c
+    c.competitive = 1 if cfg.mode == "competitive" else 0
+    c.k = cfg.k
+    c.beta = cfg.beta
+    c.t_max = cfg.t_max
+    c.epsilon = cfg.epsilon
+    c.eta_decay = cfg.eta_decay
+    c.eta_min = cfg.eta_min
+    c.tau_split = cfg.tau_split
+    c.tau_merge = cfg.tau_merge
+    c.tau_overload = cfg.tau_overload
+    c.gamma = cfg.gamma
+    c.tau_damp = cfg.tau_damp
+    c.max_locations = cfg.max_locations or 0
+    return c
+
+
+cdef _raise(int64_t rc, what):
+    if rc == -1:
+        raise MemoryError(f"hopmem kernel: out of memory in {what}")
+    raise RuntimeError(f"hopmem kernel: {what} failed with code {rc} (a bug: please report)")
+
+
+def write(state, cfg, const float[:, ::1] X):
+    """Write the rows of X in order. Returns (touched, created, merges) by id."""
+    cdef hm_config c = _config(cfg)
+    cdef hm_state s
+    cdef hm_write_log log
+    cdef int64_t m_all = X.shape[0], start = 0, m, i, rc
+    cdef int64_t stride = max(1, cfg.k)
+    touched_out = []
+    created_out = []
+    merges_out = []
+    while start < m_all:
+        m = min(WRITE_CHUNK, m_all - start)
+        state.reserve(2 * m)
+        s = _view(state)
+        excess = max(0, s.size - c.max_locations) if c.max_locations > 0 else 0
+        touched = np.empty((m, stride), dtype=np.int64)
+        n_touched = np.empty(m, dtype=np.int32)
+        created = np.empty((m, 2), dtype=np.int64)
+        n_created = np.empty(m, dtype=np.int32)
+        merges = np.empty((3 * m + excess, 3), dtype=np.int64)
+        log.touched = <int64_t *>cnp.PyArray_DATA(touched)
+        log.n_touched = <int32_t *>cnp.PyArray_DATA(n_touched)
+        log.touched_stride = stride
+        log.created = <int64_t *>cnp.PyArray_DATA(created)
+        log.n_created = <int32_t *>cnp.PyArray_DATA(n_created)
+        log.merges = <int64_t *>cnp.PyArray_DATA(merges)
+        log.merges_capacity = 3 * m + excess
+        with nogil:
+            rc = hm_write(&s, &c, &X[start, 0], m, &log)
+        _store(state, &s)
+        if rc != 0:
+            _raise(rc, "write")
+        for i in range(m):
+            touched_out.append(touched[i, : n_touched[i]].copy())
+            created_out.append(created[i, : n_created[i]].copy())
+        merges_out.extend((int(r[1]), int(r[2])) for r in merges[: log.n_merges])
+        start += m
+    return touched_out, created_out, merges_out
+
+
+def read(state, cfg, const float[:, ::1] Q, bint fast_only):
+    """Read every row of Q. Returns a list of
+    (rows, sims, weights, iterations, converged, result, fast_result)."""
+    cdef hm_config c = _config(cfg)
+    cdef hm_state s = _view(state)
+    cdef int64_t nq = Q.shape[0], d = s.dim, L = s.size
+    cdef int64_t kmax = min(c.k, L), q, b, nb, kk = 0
+    results = np.empty((nq, d), dtype=np.float32)
+    fast_results = np.empty((nq, d), dtype=np.float32)
+    rows = np.empty((nq, kmax), dtype=np.int64)
+    sims = np.empty((nq, kmax), dtype=np.float64)
+    weights = np.empty((nq, kmax), dtype=np.float64)
+    iterations = np.empty(nq, dtype=np.int32)
+    converged = np.empty(nq, dtype=np.int8)
+    cdef float[:, ::1] res_v = results, fast_v = fast_results
+    cdef int64_t[:, ::1] rows_v = rows
+    cdef double[:, ::1] sims_v = sims, w_v = weights
+    cdef int32_t[::1] it_v = iterations
+    cdef int8_t[::1] conv_v = converged
+    cdef float[:, ::1] dots_v
+    if nq == 0:
+        return []
+    if nq == 1:
+        with nogil:
+            kk = hm_read(&s, &c, &Q[0, 0], NULL, fast_only, &res_v[0, 0], &fast_v[0, 0],
+                         &rows_v[0, 0], &sims_v[0, 0], &w_v[0, 0], &it_v[0], &conv_v[0])
+        if kk < 0:
+            _raise(kk, "read")
+    else:
+        dots = np.empty((min(READ_BLOCK, nq), L), dtype=np.float32)
+        dots_v = dots
+        with nogil:
+            b = 0
+            while b < nq:
+                nb = min(READ_BLOCK, nq - b)
+                hm_dots_batch(s.addresses, L, d, &Q[b, 0], nb, &dots_v[0, 0])
+                for q in range(nb):
+                    kk = hm_read(&s, &c, &Q[b + q, 0], &dots_v[q, 0], fast_only,
+                                 &res_v[b + q, 0], &fast_v[b + q, 0], &rows_v[b + q, 0],
+                                 &sims_v[b + q, 0], &w_v[b + q, 0], &it_v[b + q],
+                                 &conv_v[b + q])
+                    if kk < 0:
+                        break
+                if kk < 0:
+                    break
+                b += nb
+        if kk < 0:
+            _raise(kk, "batched read")
+    return [(rows[i], sims[i], weights[i], int(iterations[i]), bool(converged[i]),
+             results[i], fast_results[i]) for i in range(nq)]
+
+
+def attention(state, cfg, const float[::1] q, double scale):
+    cdef hm_config c = _config(cfg)
+    cdef hm_state s = _view(state)
+    cdef int64_t kmax = min(c.k, s.size), kk
+    result = np.empty(s.dim, dtype=np.float32)
+    rows = np.empty(kmax, dtype=np.int64)
+    sims = np.empty(kmax, dtype=np.float64)
+    weights = np.empty(kmax, dtype=np.float64)
+    cdef float[::1] r_v = result
+    cdef int64_t[::1] rows_v = rows
+    cdef double[::1] s_v = sims, w_v = weights
+    with nogil:
+        kk = hm_attention(&s, &c, &q[0], scale, &r_v[0], &rows_v[0], &s_v[0], &w_v[0])
+    if kk < 0:
+        _raise(kk, "attention")
+    return rows, sims, weights, result
+
+
+def _merge(state, int64_t bound, double tau):
+    cdef hm_state s = _view(state)
+    cdef int64_t cap = max(1, s.size), count
+    merges = np.empty((cap, 3), dtype=np.int64)
+    cdef int64_t[:, ::1] m_v = merges
+    with nogil:
+        count = hm_merge(&s, bound, tau, &m_v[0, 0], cap)
+    _store(state, &s)
+    if count < 0:
+        _raise(count, "merge")
+    return [(int(r[1]), int(r[2])) for r in merges[:count]]
+
+
+def merge_closest_until(state, int64_t bound):
+    """Merge the most similar pair until size <= bound; returns (removed, survivor) ids."""
+    return _merge(state, bound, 0.0)
+
+
+def merge_above(state, double tau):
+    """Merge the most similar pair while its cosine exceeds tau."""
+    return _merge(state, -1, tau)
+
+
+def dots(const float[:, ::1] A, const float[::1] x):
+    """dot(A[j], x) for every row, with the kernel's float32 lanes."""
+    out = np.empty(A.shape[0], dtype=np.float32)
+    cdef float[::1] o = out
+    if A.shape[0] == 0:
+        return out
+    with nogil:
+        hm_dots(&A[0, 0], A.shape[0], A.shape[1], &x[0], &o[0])
+    return out
+
+
+def search(const float[:, ::1] A, const float[:, ::1] Q, int64_t k):
+    """Exact top-k rows of A by dot product for each query row of Q.
+
+    Returns (rows int64 (nq, k'), scores float32 (nq, k')); ties go to the lower row.
+    """
+    cdef int64_t n = A.shape[0], d = A.shape[1], nq = Q.shape[0]
+    cdef int64_t kk = min(k, n), b, nb, q, rc = 0
+    rows = np.empty((nq, kk), dtype=np.int64)
+    top = np.empty((nq, kk), dtype=np.float32)
+    if nq == 0 or kk == 0:
+        return rows, top
+    cdef int64_t[:, ::1] rows_v = rows
+    cdef float[:, ::1] top_v = top
+    dots_buf = np.empty((min(READ_BLOCK, nq), n), dtype=np.float32)
+    cdef float[:, ::1] dots_v = dots_buf
+    with nogil:
+        b = 0
+        while b < nq:
+            nb = min(READ_BLOCK, nq - b)
+            if nb == 1:
+                hm_dots(&A[0, 0], n, d, &Q[b, 0], &dots_v[0, 0])
+            else:
+                hm_dots_batch(&A[0, 0], n, d, &Q[b, 0], nb, &dots_v[0, 0])
+            for q in range(nb):
+                rc = hm_top_k(&dots_v[q, 0], n, kk, &rows_v[b + q, 0], &top_v[b + q, 0])
+                if rc < 0:
+                    break
+            if rc < 0:
+                break
+            b += nb
+    if rc < 0:
+        _raise(rc, "search")
+    return rows, top

@@ -1,0 +1,121 @@
+"""The mutable state of one memory: location arrays with spare capacity.
+
+Rows are kept in ascending id order (new locations are appended, removals
+shift later rows down), so "lower id" and "lower row" mean the same thing and
+the tie rule can work on rows. Both the C kernel and the NumPy reference
+operate on this one structure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["State", "Snapshot", "SPLITMIX_GAMMA"]
+
+SPLITMIX_GAMMA = 0x9E3779B97F4A7C15
+_MASK64 = (1 << 64) - 1
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The complete state of a memory, exact-size copies (see ``Memory.snapshot``)."""
+
+    ids: np.ndarray        # int64 (L,)
+    addresses: np.ndarray  # float32 (L, d)
+    counters: np.ndarray   # float64 (L, d)
+    weights: np.ndarray    # float64 (L,)
+    eta: float
+    writes: int
+    next_id: int
+    rng: int
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Snapshot):
+            return NotImplemented
+        return (
+            np.array_equal(self.ids, other.ids)
+            and self.addresses.tobytes() == other.addresses.tobytes()
+            and self.counters.tobytes() == other.counters.tobytes()
+            and self.weights.tobytes() == other.weights.tobytes()
+            and self.eta == other.eta
+            and self.writes == other.writes
+            and self.next_id == other.next_id
+            and self.rng == other.rng
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class State:
+    """Location arrays (capacity >= size) plus the scalar state."""
+
+    def __init__(self, dim: int, eta: float, seed: int, capacity: int = 16) -> None:
+        self.dim = dim
+        capacity = max(capacity, 1)
+        self.ids = np.zeros(capacity, dtype=np.int64)
+        self.addresses = np.zeros((capacity, dim), dtype=np.float32)
+        self.counters = np.zeros((capacity, dim), dtype=np.float64)
+        self.weights = np.zeros(capacity, dtype=np.float64)
+        self.size = 0
+        self.eta = float(eta)
+        self.writes = 0
+        self.next_id = 1
+        # The generator's state starts from the seed mixed once, so that seed 0
+        # does not start from an all-zero state.
+        self.rng = (int(seed) * SPLITMIX_GAMMA + 0x2545F4914F6CDD1D) & _MASK64
+
+    @property
+    def capacity(self) -> int:
+        return self.ids.shape[0]
+
+    def reserve(self, extra: int) -> None:
+        """Make room for ``extra`` more rows (amortised doubling)."""
+        need = self.size + extra
+        if need <= self.capacity:
+            return
+        new = max(need, 2 * self.capacity)
+        n = self.size
+        ids = np.zeros(new, dtype=np.int64)
+        addresses = np.zeros((new, self.dim), dtype=np.float32)
+        counters = np.zeros((new, self.dim), dtype=np.float64)
+        weights = np.zeros(new, dtype=np.float64)
+        ids[:n] = self.ids[:n]
+        addresses[:n] = self.addresses[:n]
+        counters[:n] = self.counters[:n]
+        weights[:n] = self.weights[:n]
+        self.ids, self.addresses, self.counters, self.weights = ids, addresses, counters, weights
+
+    def snapshot(self) -> Snapshot:
+        n = self.size
+        return Snapshot(
+            ids=self.ids[:n].copy(),
+            addresses=self.addresses[:n].copy(),
+            counters=self.counters[:n].copy(),
+            weights=self.weights[:n].copy(),
+            eta=self.eta,
+            writes=self.writes,
+            next_id=self.next_id,
+            rng=self.rng,
+        )
+
+    @classmethod
+    def from_snapshot(cls, dim: int, snap: Snapshot) -> "State":
+        n = int(snap.ids.shape[0])
+        state = cls(dim, snap.eta, 0, capacity=max(16, n))
+        state.ids[:n] = snap.ids
+        state.addresses[:n] = snap.addresses
+        state.counters[:n] = snap.counters
+        state.weights[:n] = snap.weights
+        state.size = n
+        state.eta = float(snap.eta)
+        state.writes = int(snap.writes)
+        state.next_id = int(snap.next_id)
+        state.rng = int(snap.rng) & _MASK64
+        return state
+
+    def restore(self, snap: Snapshot) -> None:
+        """Overwrite this state in place with a snapshot (used to roll back)."""
+        other = State.from_snapshot(self.dim, snap)
+        self.__dict__.update(other.__dict__)

@@ -1,0 +1,491 @@
+"""The engine: one associative memory (one collection) over hard locations.
+
+This module validates input, holds the state and its lock, and hands the hot
+loops to the compiled kernel (``hopmem._kernel``), or to the NumPy reference
+when ``backend="reference"`` (the oracle the tests compare against; slow).
+It is the only importer of the kernel.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal, Sequence
+
+import numpy as np
+
+from . import _reference
+from ._rwlock import RWLock
+from ._state import Snapshot, State
+from .config import MemoryConfig
+from .errors import DimensionMismatch, EmptyMemory, InvalidInput
+
+__all__ = [
+    "Memory", "WriteResult", "Trace", "AttentionResult", "Stats", "CompressResult",
+    "as_vectors", "Strategy",
+]
+
+Strategy = Literal["iterative", "fast"]
+STRATEGIES = ("iterative", "fast")
+
+
+# -- results -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What a write did.
+
+    ``touched[i]`` are the ids of the locations that absorbed vector ``i``,
+    ``created[i]`` the ids it created, and ``merges`` every (removed id,
+    surviving id) pair merged during the batch, in order. Ids only, never rows.
+    """
+
+    count: int
+    touched: list[np.ndarray]
+    created: list[np.ndarray]
+    merges: list[tuple[int, int]]
+
+    def postings(self, i: int) -> np.ndarray:
+        """Location ids that vector ``i`` touched or created (its posting list)."""
+        return np.unique(np.concatenate([self.touched[i], self.created[i]]))
+
+
+@dataclass(frozen=True)
+class Trace:
+    """How one read went: activated locations, weights, iterations, fidelities."""
+
+    activated: np.ndarray     # int64 location ids, best first
+    similarities: np.ndarray  # cos(query, address) for each activated location
+    weights: np.ndarray       # softmax weights of the step that produced the result
+    iterations: int
+    converged: bool
+    result: np.ndarray        # float32 (d,)
+    fidelity: float           # cos(query, result)
+    first_contact: float      # cos(query, one-step read): what gates calibrate on
+    strategy: str = "iterative"
+
+
+@dataclass(frozen=True)
+class AttentionResult:
+    result: np.ndarray        # float32 (d,), not normalised
+    scale: float
+    activated: np.ndarray
+    similarities: np.ndarray
+    weights: np.ndarray
+
+
+@dataclass(frozen=True)
+class Stats:
+    num_locations: int
+    writes: int
+    total_weight: float
+    current_eta: float
+    avg_write_count: float
+    max_write_count: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class CompressResult:
+    locations_before: int
+    locations_after: int
+    merges: list[tuple[int, int]] = field(default_factory=list)
+
+
+# -- input validation -----------------------------------------------------------------
+
+def as_vectors(value: Any, dim: int, name: str = "vectors") -> tuple[np.ndarray, bool]:
+    """Validate one vector ``(d,)`` or a batch ``(n, d)``.
+
+    Returns a C-contiguous float32 ``(n, d)`` array (a copy whenever the input
+    is not already exactly that; the input is never written to) and whether a
+    single vector was given.
+    """
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"{name}: expected an array of numbers, got {type(value).__name__}") from exc
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+        raise InvalidInput(f"{name}: expected numbers, got dtype {arr.dtype}")
+    if np.issubdtype(arr.dtype, np.complexfloating):
+        raise InvalidInput(f"{name}: expected real numbers, got complex")
+    single = arr.ndim == 1
+    if arr.ndim not in (1, 2):
+        raise InvalidInput(f"{name}: expected shape (d,) or (n, d), got shape {arr.shape}")
+    arr2 = arr.reshape(1, -1) if single else arr
+    if arr2.shape[1] != dim:
+        raise DimensionMismatch(dim, arr2.shape[1], name)
+    with np.errstate(over="ignore"):
+        out = np.ascontiguousarray(arr2, dtype=np.float32)
+    if not np.isfinite(out).all():
+        bad = np.argwhere(~np.isfinite(out))[0]
+        where = f"[{bad[1]}]" if single else f"[{bad[0]}, {bad[1]}]"
+        raise InvalidInput(
+            f"{name}{where}: expected a finite float32 value, got {arr2[tuple(bad)]!r}")
+    return out, single
+
+
+# -- engines: the kernel and the reference behind one interface ------------------------
+
+class _ReferenceEngine:
+    name = "reference"
+
+    def write(self, state: State, cfg: MemoryConfig, X: np.ndarray):
+        log = _reference.write(state, cfg, X)
+        touched = [np.asarray(t, dtype=np.int64) for t in log.touched]
+        created = [np.asarray(c, dtype=np.int64) for c in log.created]
+        merges = [m for ms in log.merges for m in ms]
+        return touched, created, merges
+
+    def read(self, state: State, cfg: MemoryConfig, Q: np.ndarray, strategy: str):
+        out = []
+        for q in Q:
+            t = _reference.read(state, cfg, q, strategy)
+            out.append((t.rows, t.similarities, t.weights, t.iterations, t.converged,
+                        t.result, t.fast_result))
+        return out
+
+    def attention(self, state, cfg, q, scale):
+        return _reference.attention(state, cfg, q, scale)
+
+    def merge_closest_until(self, state, bound):
+        return _reference.merge_closest_until(state, bound)
+
+    def merge_above(self, state, tau):
+        return _reference.merge_above(state, tau)
+
+
+class _NativeEngine:
+    name = "native"
+
+    def __init__(self) -> None:
+        from . import _kernel  # the only import of the compiled module
+        self._k = _kernel
+
+    def write(self, state: State, cfg: MemoryConfig, X: np.ndarray):
+        return self._k.write(state, cfg, X)
+
+    def read(self, state: State, cfg: MemoryConfig, Q: np.ndarray, strategy: str):
+        return self._k.read(state, cfg, Q, strategy == "fast")
+
+    def attention(self, state, cfg, q, scale):
+        return self._k.attention(state, cfg, q, scale)
+
+    def merge_closest_until(self, state, bound):
+        return self._k.merge_closest_until(state, bound)
+
+    def merge_above(self, state, tau):
+        return self._k.merge_above(state, tau)
+
+
+_ENGINES: dict[str, Any] = {}
+
+
+def _engine(name: str):
+    if name not in ("native", "reference"):
+        raise InvalidInput(f"backend: expected 'native' or 'reference', got {name!r}")
+    if name not in _ENGINES:
+        _ENGINES[name] = _NativeEngine() if name == "native" else _ReferenceEngine()
+    return _ENGINES[name]
+
+
+def _cos(a: np.ndarray, b: np.ndarray) -> float:
+    return _reference.cosine(a, b)
+
+
+# -- the memory --------------------------------------------------------------------------
+
+class Memory:
+    """A Hopfield-style associative memory over a matrix of hard locations.
+
+    ``mode="competitive"`` (default) adapts a bounded set of locations by
+    competitive learning; ``mode="plain"`` keeps one location per written
+    vector, which makes reads exactly a modern Hopfield network. See
+    ALGORITHM.md for every rule and :class:`MemoryConfig` for the parameters.
+
+    Thread safety: any number of threads may read at once (the kernel releases
+    the GIL); writes are exclusive.
+
+    Examples
+    --------
+    >>> import numpy as np, hopmem
+    >>> mem = hopmem.Memory(8, mode="plain", beta=30.0)
+    >>> _ = mem.write(np.eye(8, dtype=np.float32)[:3])
+    >>> out = mem.read(np.eye(8, dtype=np.float32)[1] + 0.1)
+    >>> int(np.argmax(out))
+    1
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        *,
+        mode: Literal["competitive", "plain"] = "competitive",
+        k: int = 20,
+        beta: float = 5.0,
+        t_max: int = 10,
+        epsilon: float = 1e-6,
+        eta0: float = 0.01,
+        eta_decay: float = 0.9999,
+        eta_min: float = 0.001,
+        tau_split: float = 0.3,
+        tau_merge: float = 0.95,
+        tau_overload: float | None = None,
+        gamma: float = 1.0,
+        tau_damp: float = 10.0,
+        max_locations: int | None = None,
+        seed: int = 0,
+        backend: Literal["native", "reference"] = "native",
+    ) -> None:
+        config = MemoryConfig(
+            dim=dim, mode=mode, k=k, beta=beta, t_max=t_max, epsilon=epsilon, eta0=eta0,
+            eta_decay=eta_decay, eta_min=eta_min, tau_split=tau_split, tau_merge=tau_merge,
+            tau_overload=tau_overload, gamma=gamma, tau_damp=tau_damp,
+            max_locations=max_locations, seed=seed,
+        )
+        self._init(config, None, backend)
+
+    def _init(self, config: MemoryConfig, snapshot: Snapshot | None, backend: str) -> None:
+        self._config = config
+        self._engine = _engine(backend)
+        self._lock = RWLock()
+        if snapshot is None:
+            self._state = State(config.dim, config.eta0, config.seed)
+        else:
+            self._state = State.from_snapshot(config.dim, snapshot)
+
+    @classmethod
+    def from_config(cls, config: MemoryConfig, snapshot: Snapshot | None = None,
+                    *, backend: Literal["native", "reference"] = "native") -> "Memory":
+        """A memory with this config, empty or restored bit-exactly from a snapshot."""
+        if not isinstance(config, MemoryConfig):
+            raise InvalidInput(f"config: expected a MemoryConfig, got {type(config).__name__}")
+        mem = cls.__new__(cls)
+        if snapshot is not None:
+            _check_snapshot(config, snapshot)
+        mem._init(config, snapshot, backend)
+        return mem
+
+    # -- properties ------------------------------------------------------------------------
+
+    @property
+    def config(self) -> MemoryConfig:
+        return self._config
+
+    @property
+    def dim(self) -> int:
+        return self._config.dim
+
+    @property
+    def backend(self) -> str:
+        return self._engine.name
+
+    def __len__(self) -> int:
+        return self._state.size
+
+    def __repr__(self) -> str:
+        return (f"Memory(dim={self.dim}, mode={self._config.mode!r}, "
+                f"locations={len(self)}, writes={self._state.writes})")
+
+    def _frozen(self, arr: np.ndarray) -> np.ndarray:
+        out = arr.copy()
+        out.flags.writeable = False
+        return out
+
+    @property
+    def ids(self) -> np.ndarray:
+        """Location ids (int64, ascending); a read-only copy."""
+        with self._lock.read():
+            return self._frozen(self._state.ids[: self._state.size])
+
+    @property
+    def addresses(self) -> np.ndarray:
+        """Unit addresses used for activation, float32 ``(L, d)``; read-only copy."""
+        with self._lock.read():
+            return self._frozen(self._state.addresses[: self._state.size])
+
+    @property
+    def counters(self) -> np.ndarray:
+        """Counters (weighted sums of absorbed inputs), float64 ``(L, d)``."""
+        with self._lock.read():
+            return self._frozen(self._state.counters[: self._state.size])
+
+    @property
+    def weights(self) -> np.ndarray:
+        """Evidence n_j of each location (sum of absorbed activation weights)."""
+        with self._lock.read():
+            return self._frozen(self._state.weights[: self._state.size])
+
+    @property
+    def patterns(self) -> np.ndarray:
+        """Patterns p_j = c_j / n_j, float32 ``(L, d)``."""
+        with self._lock.read():
+            n = self._state.size
+            p = (self._state.counters[:n] / self._state.weights[:n, None]).astype(np.float32)
+        p.flags.writeable = False
+        return p
+
+    # -- state -------------------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        """The complete state, copied; ``Memory.from_config(config, snap)`` restores it."""
+        with self._lock.read():
+            return self._state.snapshot()
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Replace the state with ``snapshot`` (bit-exact)."""
+        _check_snapshot(self._config, snapshot)
+        with self._lock.write():
+            self._state.restore(snapshot)
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def write(self, vectors: Any) -> WriteResult:
+        """Write one vector ``(d,)`` or a batch ``(n, d)``, in order.
+
+        A batch is all or nothing: if anything fails midway, the state is
+        rolled back to what it was before the call.
+        """
+        X, _ = as_vectors(vectors, self.dim)
+        with self._lock.write():
+            return self._write_locked(X)
+
+    def _write_locked(self, X: np.ndarray) -> WriteResult:
+        if X.shape[0] == 0:
+            return WriteResult(0, [], [], [])
+        before = self._state.snapshot()
+        try:
+            touched, created, merges = self._engine.write(self._state, self._config, X)
+        except BaseException:
+            self._state.restore(before)
+            raise
+        return WriteResult(X.shape[0], touched, created, merges)
+
+    def compress(self, max_locations: int | None = None) -> CompressResult:
+        """Merge locations that have become near-duplicates, then enforce a bound.
+
+        Every pair whose addresses' cosine exceeds ``tau_merge`` is merged (most
+        similar first, the older id survives; counters and weights add). Then,
+        if ``max_locations`` (or the config's) is set, the most similar pairs
+        are merged until the memory fits.
+        """
+        bound = self._config.max_locations if max_locations is None else max_locations
+        if bound is not None and (isinstance(bound, bool) or int(bound) != bound or bound < 1):
+            raise InvalidInput(f"max_locations: expected an integer >= 1, got {bound!r}")
+        with self._lock.write():
+            before = len(self)
+            merges = list(self._engine.merge_above(self._state, self._config.tau_merge))
+            if bound is not None:
+                merges += list(self._engine.merge_closest_until(self._state, int(bound)))
+            return CompressResult(before, len(self), merges)
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def _check_strategy(self, strategy: str) -> None:
+        if strategy not in STRATEGIES:
+            raise InvalidInput(
+                f"strategy: expected 'iterative' or 'fast', got {strategy!r}")
+
+    def _read_traces(self, query: Any, strategy: str) -> tuple[list[Trace], bool]:
+        self._check_strategy(strategy)
+        Q, single = as_vectors(query, self.dim, "query")
+        with self._lock.read():
+            if self._state.size == 0:
+                raise EmptyMemory()
+            raw = self._engine.read(self._state, self._config, Q, strategy)
+            ids = self._state.ids
+            traces = []
+            for q, (rows, sims, weights, iterations, converged, result, fast) in zip(Q, raw):
+                traces.append(Trace(
+                    activated=ids[np.asarray(rows, dtype=np.int64)].copy(),
+                    similarities=np.asarray(sims, dtype=np.float64),
+                    weights=np.asarray(weights, dtype=np.float64),
+                    iterations=int(iterations),
+                    converged=bool(converged),
+                    result=result,
+                    fidelity=_cos(q, result),
+                    first_contact=_cos(q, fast),
+                    strategy=strategy,
+                ))
+        return traces, single
+
+    def read(self, query: Any, strategy: Strategy = "iterative") -> np.ndarray:
+        """Reconstruct from a query: float32 ``(d,)`` for one, ``(n, d)`` for a batch."""
+        self._check_strategy(strategy)
+        Q, single = as_vectors(query, self.dim, "query")
+        with self._lock.read():
+            if self._state.size == 0:
+                raise EmptyMemory()
+            raw = self._engine.read(self._state, self._config, Q, strategy)
+        out = np.stack([r[5] for r in raw]) if raw else np.zeros((0, self.dim), np.float32)
+        return out[0] if single else out
+
+    def analyze(self, query: Any, strategy: Strategy = "iterative") -> Trace | list[Trace]:
+        """A read with its trace (one Trace, or a list for a batch)."""
+        traces, single = self._read_traces(query, strategy)
+        return traces[0] if single else traces
+
+    def attention(self, query: Any, scale: float) -> AttentionResult:
+        """Softmax attention over the activated locations.
+
+        logits = scale * (q . p_j) + ln(n_j) with the raw patterns as keys and
+        values; the result is ``sum_j alpha_j p_j``, not normalised. In plain
+        mode with ``k >= len(memory)`` this is exactly softmax attention.
+        """
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+            raise InvalidInput(f"scale: expected a finite number, got {scale!r}")
+        Q, single = as_vectors(query, self.dim, "query")
+        if not single:
+            raise InvalidInput(f"query: expected one vector (d,), got shape {Q.shape}")
+        with self._lock.read():
+            if self._state.size == 0:
+                raise EmptyMemory()
+            rows, sims, alpha, result = self._engine.attention(
+                self._state, self._config, Q[0], float(scale))
+            ids = self._state.ids[np.asarray(rows, dtype=np.int64)].copy()
+        return AttentionResult(result, float(scale), ids, np.asarray(sims), np.asarray(alpha))
+
+    def fingerprint(self) -> np.ndarray | None:
+        """normalize(sum of counters), refined by an iterative read; None when empty."""
+        with self._lock.read():
+            n = self._state.size
+            if n == 0:
+                return None
+            total = self._state.counters[:n].sum(axis=0)
+        seed = _reference.normalize(total).astype(np.float32)
+        return self.read(seed, "iterative")
+
+    def stats(self) -> Stats:
+        with self._lock.read():
+            n = self._state.size
+            w = self._state.weights[:n]
+            total = float(w.sum()) if n else 0.0
+            return Stats(
+                num_locations=n,
+                writes=int(self._state.writes),
+                total_weight=total,
+                current_eta=float(self._state.eta),
+                avg_write_count=total / n if n else 0.0,
+                max_write_count=float(w.max()) if n else 0.0,
+            )
+
+
+def _check_snapshot(config: MemoryConfig, snap: Snapshot) -> None:
+    if not isinstance(snap, Snapshot):
+        raise InvalidInput(f"snapshot: expected a Snapshot, got {type(snap).__name__}")
+    n = snap.ids.shape[0]
+    shapes_ok = (
+        snap.ids.ndim == 1
+        and snap.addresses.shape == (n, config.dim)
+        and snap.counters.shape == (n, config.dim)
+        and snap.weights.shape == (n,)
+    )
+    if not shapes_ok:
+        raise InvalidInput(
+            f"snapshot: expected arrays for {n} locations of dimension {config.dim}, got "
+            f"addresses {snap.addresses.shape}, counters {snap.counters.shape}, "
+            f"weights {snap.weights.shape}")
+    if n and (np.any(np.diff(snap.ids) <= 0) or snap.ids[-1] >= snap.next_id):
+        raise InvalidInput("snapshot: ids must be ascending and below next_id")

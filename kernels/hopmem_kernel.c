@@ -1,0 +1,611 @@
+/* hopmem kernel: see hopmem_kernel.h for the contract and the conventions. */
+#include "hopmem_kernel.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Function multi-versioning: an AVX2 clone of the scan loops, chosen at load
+ * time, with the portable default beside it. -ffp-contract=off (setup.py) keeps
+ * both clones bit-identical. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define HM_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define HM_CLONES
+#endif
+
+#if defined(__GNUC__)
+#define HM_INLINE static inline __attribute__((always_inline))
+#else
+#define HM_INLINE static inline
+#endif
+
+#define LANES 16   /* float32 lanes per row in the scan: two 8-wide vectors */
+#define DLANES 8   /* float64 lanes in the small double dots */
+
+/* ---- float32 scan ---------------------------------------------------------- */
+/* Each row's dot product uses 16 float32 lanes (element i goes to lane i % 16),
+ * summed at the end in one fixed tree. The order is the same for every row and
+ * every clone, so equal rows score bit-equal wherever they sit. GCC and clang
+ * get explicit vectors; other compilers run the same lane arithmetic in scalars. */
+
+#if defined(__GNUC__)
+typedef float v8f __attribute__((vector_size(32)));
+typedef float v8f_u __attribute__((vector_size(32), aligned(4)));
+#define LD(p) (*(const v8f_u *)(p))
+
+HM_INLINE float hsum2(v8f lo, v8f hi) {
+    v8f t = lo + hi;
+    float u[8];
+    memcpy(u, &t, sizeof u);
+    for (int l = 0; l < 4; l++) u[l] += u[l + 4];
+    for (int l = 0; l < 2; l++) u[l] += u[l + 2];
+    return u[0] + u[1];
+}
+
+/* The ragged end of a row: zero-padded copies, so the lanes line up. */
+HM_INLINE void tail16(const float *a, const float *x, int64_t rem, v8f *lo, v8f *hi) {
+    float pa[LANES] = {0}, px[LANES] = {0};
+    memcpy(pa, a, (size_t)rem * sizeof(float));
+    memcpy(px, x, (size_t)rem * sizeof(float));
+    *lo += LD(pa) * LD(px);
+    *hi += LD(pa + 8) * LD(px + 8);
+}
+
+HM_INLINE void dot4(const float *a0, int64_t dim, const float *x, float *out) {
+    const float *a1 = a0 + dim, *a2 = a1 + dim, *a3 = a2 + dim;
+    v8f l0 = {0}, h0 = {0}, l1 = {0}, h1 = {0}, l2 = {0}, h2 = {0}, l3 = {0}, h3 = {0};
+    int64_t i = 0;
+    for (; i + LANES <= dim; i += LANES) {
+        v8f xl = LD(x + i), xh = LD(x + i + 8);
+        l0 += LD(a0 + i) * xl; h0 += LD(a0 + i + 8) * xh;
+        l1 += LD(a1 + i) * xl; h1 += LD(a1 + i + 8) * xh;
+        l2 += LD(a2 + i) * xl; h2 += LD(a2 + i + 8) * xh;
+        l3 += LD(a3 + i) * xl; h3 += LD(a3 + i + 8) * xh;
+    }
+    if (i < dim) {
+        int64_t rem = dim - i;
+        tail16(a0 + i, x + i, rem, &l0, &h0);
+        tail16(a1 + i, x + i, rem, &l1, &h1);
+        tail16(a2 + i, x + i, rem, &l2, &h2);
+        tail16(a3 + i, x + i, rem, &l3, &h3);
+    }
+    out[0] = hsum2(l0, h0);
+    out[1] = hsum2(l1, h1);
+    out[2] = hsum2(l2, h2);
+    out[3] = hsum2(l3, h3);
+}
+
+HM_INLINE float dot1(const float *a, int64_t dim, const float *x) {
+    v8f lo = {0}, hi = {0};
+    int64_t i = 0;
+    for (; i + LANES <= dim; i += LANES) {
+        lo += LD(a + i) * LD(x + i);
+        hi += LD(a + i + 8) * LD(x + i + 8);
+    }
+    if (i < dim) tail16(a + i, x + i, dim - i, &lo, &hi);
+    return hsum2(lo, hi);
+}
+
+#else /* portable scalar twin of the vector code above */
+
+static inline float hsum16(const float *acc) {
+    float t[8];
+    for (int l = 0; l < 8; l++) t[l] = acc[l] + acc[l + 8];
+    for (int l = 0; l < 4; l++) t[l] += t[l + 4];
+    for (int l = 0; l < 2; l++) t[l] += t[l + 2];
+    return t[0] + t[1];
+}
+
+HM_INLINE float dot1(const float *a, int64_t dim, const float *x) {
+    float acc[LANES] = {0};
+    int64_t i = 0;
+    for (; i + LANES <= dim; i += LANES)
+        for (int l = 0; l < LANES; l++) acc[l] += a[i + l] * x[i + l];
+    for (int l = 0; i + l < dim; l++) acc[l] += a[i + l] * x[i + l];
+    return hsum16(acc);
+}
+
+HM_INLINE void dot4(const float *a0, int64_t dim, const float *x, float *out) {
+    for (int r = 0; r < 4; r++) out[r] = dot1(a0 + r * dim, dim, x);
+}
+#endif
+
+HM_CLONES
+void hm_dots(const float *A, int64_t n, int64_t dim, const float *x, float *out) {
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) dot4(A + j * dim, dim, x, out + j);
+    for (; j < n; j++) out[j] = dot1(A + j * dim, dim, x);
+}
+
+HM_CLONES
+void hm_dots_batch(const float *A, int64_t n, int64_t dim, const float *X, int64_t nq,
+                   float *out) {
+    /* Block of 4 address rows stays in L1 while every query passes over it. */
+    float four[4];
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        const float *block = A + j * dim;
+        for (int64_t q = 0; q < nq; q++) {
+            dot4(block, dim, X + q * dim, four);
+            float *o = out + q * n + j;
+            o[0] = four[0]; o[1] = four[1]; o[2] = four[2]; o[3] = four[3];
+        }
+    }
+    for (; j < n; j++)
+        for (int64_t q = 0; q < nq; q++) out[q * n + j] = dot1(A + j * dim, dim, X + q * dim);
+}
+
+/* ---- float64 helpers (short sums over dim) ------------------------------------ */
+
+HM_INLINE double ddot(const double *a, const double *b, int64_t dim) {
+    double acc[DLANES] = {0};
+    int64_t i = 0;
+    for (; i + DLANES <= dim; i += DLANES)
+        for (int l = 0; l < DLANES; l++) acc[l] += a[i + l] * b[i + l];
+    for (int l = 0; i + l < dim; l++) acc[l] += a[i + l] * b[i + l];
+    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
+HM_INLINE double fddot(const float *a, const double *b, int64_t dim) {
+    double acc[DLANES] = {0};
+    int64_t i = 0;
+    for (; i + DLANES <= dim; i += DLANES)
+        for (int l = 0; l < DLANES; l++) acc[l] += (double)a[i + l] * b[i + l];
+    for (int l = 0; i + l < dim; l++) acc[l] += (double)a[i + l] * b[i + l];
+    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
+HM_INLINE double fnorm(const float *a, int64_t dim) {
+    double acc[DLANES] = {0};
+    int64_t i = 0;
+    for (; i + DLANES <= dim; i += DLANES)
+        for (int l = 0; l < DLANES; l++) acc[l] += (double)a[i + l] * (double)a[i + l];
+    for (int l = 0; i + l < dim; l++) acc[l] += (double)a[i + l] * (double)a[i + l];
+    return sqrt(((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7])));
+}
+
+/* v /= |v| in place unless |v| < TINY; returns the norm. */
+HM_INLINE double normalize_d(double *v, int64_t dim) {
+    double norm = sqrt(ddot(v, v, dim));
+    if (norm >= HM_TINY)
+        for (int64_t i = 0; i < dim; i++) v[i] /= norm;
+    return norm;
+}
+
+HM_INLINE double cos_d(const double *a, const double *b, int64_t dim) {
+    double na = sqrt(ddot(a, a, dim)), nb = sqrt(ddot(b, b, dim));
+    if (na < HM_TINY || nb < HM_TINY) return 0.0;
+    return ddot(a, b, dim) / (na * nb);
+}
+
+/* ---- top-k ------------------------------------------------------------------- */
+
+typedef struct { float v; int64_t r; } hm_pair;
+
+static int pair_cmp(const void *pa, const void *pb) {
+    const hm_pair *a = (const hm_pair *)pa, *b = (const hm_pair *)pb;
+    if (a->v > b->v) return -1;
+    if (a->v < b->v) return 1;
+    return (a->r > b->r) - (a->r < b->r);
+}
+
+int64_t hm_top_k(const float *values, int64_t n, int64_t k, int64_t *rows, float *top) {
+    if (k > n) k = n;
+    if (k <= 0) return 0;
+    if (k * 8 >= n) {
+        /* Large k: sort everything. */
+        hm_pair *all = (hm_pair *)malloc((size_t)n * sizeof(hm_pair));
+        if (!all) return HM_ERR_NOMEM;
+        for (int64_t j = 0; j < n; j++) { all[j].v = values[j]; all[j].r = j; }
+        qsort(all, (size_t)n, sizeof(hm_pair), pair_cmp);
+        for (int64_t j = 0; j < k; j++) { rows[j] = all[j].r; top[j] = all[j].v; }
+        free(all);
+        return k;
+    }
+    /* Small k: sorted insertion; rows arrive in increasing order, so a value
+     * equal to one already kept goes after it (lower row wins ties). */
+    int64_t have = 0;
+    for (int64_t j = 0; j < n; j++) {
+        float v = values[j];
+        if (have == k && !(v > top[k - 1])) continue;
+        int64_t p = have < k ? have : k - 1;
+        while (p > 0 && top[p - 1] < v) {
+            top[p] = top[p - 1];
+            rows[p] = rows[p - 1];
+            p--;
+        }
+        top[p] = v;
+        rows[p] = j;
+        if (have < k) have++;
+    }
+    return have;
+}
+
+int64_t hm_search(const float *A, int64_t n, int64_t dim, const float *x, int64_t k,
+                  int64_t *rows, float *top, float *scratch) {
+    hm_dots(A, n, dim, x, scratch);
+    return hm_top_k(scratch, n, k, rows, top);
+}
+
+/* ---- random generator (splitmix64 + Box-Muller), mirrored in _reference.py ---- */
+
+static uint64_t splitmix(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static void random_unit(uint64_t *rng, double *out, int64_t dim) {
+    const double two53 = 1.0 / 9007199254740992.0;
+    const double two_pi = 6.283185307179586;
+    for (int64_t i = 0; i < dim; i++) {
+        uint64_t a = splitmix(rng), b = splitmix(rng);
+        double u1 = (double)((a >> 11) + 1) * two53;
+        double u2 = (double)(b >> 11) * two53;
+        out[i] = sqrt(-2.0 * log(u1)) * cos(two_pi * u2);
+    }
+    normalize_d(out, dim);
+}
+
+/* ---- location bookkeeping ------------------------------------------------------ */
+
+static int64_t append_row(hm_state *s, const double *address, const double *counter,
+                          double weight) {
+    int64_t row = s->size, d = s->dim;
+    float *a = s->addresses + row * d;
+    double *c = s->counters + row * d;
+    for (int64_t i = 0; i < d; i++) { a[i] = (float)address[i]; c[i] = counter[i]; }
+    s->weights[row] = weight;
+    s->ids[row] = s->next_id++;
+    s->size++;
+    return s->ids[row];
+}
+
+static int64_t spawn(hm_state *s, const float *x, double *tmp_a, double *tmp_c) {
+    for (int64_t i = 0; i < s->dim; i++) tmp_a[i] = tmp_c[i] = (double)x[i];
+    normalize_d(tmp_a, s->dim);
+    return append_row(s, tmp_a, tmp_c, 1.0);
+}
+
+static void remove_row(hm_state *s, int64_t row) {
+    int64_t d = s->dim, tail = s->size - row - 1;
+    if (tail > 0) {
+        memmove(s->ids + row, s->ids + row + 1, (size_t)tail * sizeof(int64_t));
+        memmove(s->weights + row, s->weights + row + 1, (size_t)tail * sizeof(double));
+        memmove(s->addresses + row * d, s->addresses + (row + 1) * d,
+                (size_t)(tail * d) * sizeof(float));
+        memmove(s->counters + row * d, s->counters + (row + 1) * d,
+                (size_t)(tail * d) * sizeof(double));
+    }
+    s->size--;
+}
+
+/* Merge row drop into row keep (keep < drop: the older id survives). */
+static void merge_rows(hm_state *s, int64_t keep, int64_t drop, double *tmp,
+                       int64_t *removed, int64_t *survivor) {
+    int64_t d = s->dim;
+    double nk = s->weights[keep], nd = s->weights[drop];
+    float *ak = s->addresses + keep * d;
+    const float *ad = s->addresses + drop * d;
+    for (int64_t i = 0; i < d; i++) tmp[i] = nk * (double)ak[i] + nd * (double)ad[i];
+    normalize_d(tmp, d);
+    for (int64_t i = 0; i < d; i++) ak[i] = (float)tmp[i];
+    double *ck = s->counters + keep * d;
+    const double *cd = s->counters + drop * d;
+    for (int64_t i = 0; i < d; i++) ck[i] += cd[i];
+    s->weights[keep] = nk + nd;
+    *removed = s->ids[drop];
+    *survivor = s->ids[keep];
+    remove_row(s, drop);
+}
+
+static int64_t row_of(const hm_state *s, int64_t id) {
+    int64_t lo = 0, hi = s->size;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (s->ids[mid] < id) lo = mid + 1; else hi = mid;
+    }
+    return lo;
+}
+
+/* Most similar pair of addresses, i < j, ties to the lowest (i, j). */
+static double closest_pair(const hm_state *s, float *scratch, int64_t *bi, int64_t *bj) {
+    int64_t n = s->size, d = s->dim;
+    double best = -INFINITY;
+    *bi = *bj = -1;
+    for (int64_t i = 0; i + 1 < n; i++) {
+        int64_t rest = n - i - 1;
+        hm_dots(s->addresses + (i + 1) * d, rest, d, s->addresses + i * d, scratch);
+        for (int64_t t = 0; t < rest; t++) {
+            if ((double)scratch[t] > best) { best = scratch[t]; *bi = i; *bj = i + 1 + t; }
+        }
+    }
+    return best;
+}
+
+int64_t hm_merge(hm_state *s, int64_t bound, double tau, int64_t *merges, int64_t max_merges) {
+    float *scratch = (float *)malloc((size_t)(s->size > 0 ? s->size : 1) * sizeof(float));
+    double *tmp = (double *)malloc((size_t)s->dim * sizeof(double));
+    if (!scratch || !tmp) { free(scratch); free(tmp); return HM_ERR_NOMEM; }
+    int64_t count = 0;
+    while (s->size >= 2 && count < max_merges) {
+        if (bound >= 0 && s->size <= bound) break;
+        int64_t i, j;
+        double sim = closest_pair(s, scratch, &i, &j);
+        if (bound < 0 && !(sim > tau)) break;
+        merges[3 * count] = -1;
+        merge_rows(s, i, j, tmp, &merges[3 * count + 1], &merges[3 * count + 2]);
+        count++;
+    }
+    free(scratch);
+    free(tmp);
+    return count;
+}
+
+/* ---- writes ------------------------------------------------------------------------ */
+
+typedef struct {
+    float *dots;      /* [capacity] */
+    int64_t *rows;    /* [k] */
+    float *top;       /* [k] */
+    double *sims;     /* [k] */
+    double *tmp_a;    /* [dim] */
+    double *tmp_c;    /* [dim] */
+    double *x64;      /* [dim] */
+} write_scratch;
+
+HM_INLINE void write_competitive(hm_state *s, const hm_config *c, const float *x, int64_t vi,
+                              write_scratch *w, hm_write_log *log) {
+    int64_t d = s->dim;
+    int64_t *touched = log->touched + vi * log->touched_stride;
+    int64_t *created = log->created + vi * 2;
+    int32_t nt = 0, nc = 0;
+    s->writes++;
+    if (s->size == 0) {
+        created[nc++] = spawn(s, x, w->tmp_a, w->tmp_c);
+        log->n_touched[vi] = nt;
+        log->n_created[vi] = nc;
+        return;
+    }
+    for (int64_t i = 0; i < d; i++) w->x64[i] = (double)x[i];
+    double xnorm = sqrt(ddot(w->x64, w->x64, d));
+    hm_dots(s->addresses, s->size, d, x, w->dots);
+    int64_t kk = hm_top_k(w->dots, s->size, c->k, w->rows, w->top);
+    for (int64_t j = 0; j < kk; j++) w->sims[j] = xnorm < HM_TINY ? 0.0 : (double)w->top[j] / xnorm;
+    double s_max = w->sims[0];
+    int64_t winner_id = -1;
+    if (s_max > HM_TINY) {
+        double total = 0.0;
+        for (int64_t j = 0; j < kk; j++) total += s->weights[w->rows[j]];
+        int64_t winner = w->rows[0];
+        if (total > HM_TINY) {
+            double best = -INFINITY;
+            for (int64_t j = 0; j < kk; j++) {
+                if (!(w->sims[j] > 0.0)) continue;  /* only absorbing locations compete */
+                double merit = w->sims[j] - c->gamma * s->weights[w->rows[j]] / total;
+                if (merit > best) { best = merit; winner = w->rows[j]; }
+            }
+        }
+        double eta_w = s->eta / (1.0 + s->weights[winner] / c->tau_damp);
+        for (int64_t j = 0; j < kk; j++) {
+            double wj = (w->sims[j] > 0.0 ? w->sims[j] : 0.0) / s_max;
+            if (wj <= 0.0) continue;
+            int64_t row = w->rows[j];
+            double rate = row == winner ? eta_w : 0.1 * eta_w;
+            double *cj = s->counters + row * d;
+            float *aj = s->addresses + row * d;
+            for (int64_t i = 0; i < d; i++) {
+                cj[i] += wj * w->x64[i];
+                double a = (double)aj[i];
+                w->tmp_a[i] = a + rate * (w->x64[i] - a);
+            }
+            s->weights[row] += wj;
+            normalize_d(w->tmp_a, d);
+            for (int64_t i = 0; i < d; i++) aj[i] = (float)w->tmp_a[i];
+            touched[nt++] = s->ids[row];
+        }
+        double eta = s->eta * c->eta_decay;
+        s->eta = eta > c->eta_min ? eta : c->eta_min;
+        winner_id = s->ids[winner];
+    }
+    int64_t spawned = -1, child = -1;
+    if (s_max < c->tau_split) {
+        spawned = spawn(s, x, w->tmp_a, w->tmp_c);
+        created[nc++] = spawned;
+    }
+    if (winner_id >= 0) {
+        int64_t wr = row_of(s, winner_id);
+        if (s->weights[wr] > c->tau_overload) {
+            random_unit(&s->rng, w->tmp_c, d);
+            const float *pa = s->addresses + wr * d;
+            for (int64_t i = 0; i < d; i++) w->tmp_a[i] = (double)pa[i] + 0.1 * w->tmp_c[i];
+            normalize_d(w->tmp_a, d);
+            double *pc = s->counters + wr * d;
+            for (int64_t i = 0; i < d; i++) { pc[i] *= 0.5; w->tmp_c[i] = pc[i]; }
+            s->weights[wr] *= 0.5;
+            child = append_row(s, w->tmp_a, w->tmp_c, s->weights[wr]);
+            created[nc++] = child;
+        }
+    }
+    if (spawned >= 0 && child >= 0) {
+        int64_t rs = row_of(s, spawned), rc = row_of(s, child);
+        const float *as = s->addresses + rs * d, *ac = s->addresses + rc * d;
+        for (int64_t i = 0; i < d; i++) { w->tmp_a[i] = as[i]; w->tmp_c[i] = ac[i]; }
+        if (cos_d(w->tmp_a, w->tmp_c, d) > c->tau_merge) {
+            int64_t *m = log->merges + 3 * log->n_merges++;
+            m[0] = vi;
+            merge_rows(s, rs, rc, w->tmp_a, &m[1], &m[2]);
+        }
+    }
+    if (c->max_locations > 0) {
+        while (s->size > c->max_locations && s->size >= 2) {
+            int64_t i, j;
+            closest_pair(s, w->dots, &i, &j);
+            int64_t *m = log->merges + 3 * log->n_merges++;
+            m[0] = vi;
+            merge_rows(s, i, j, w->tmp_a, &m[1], &m[2]);
+        }
+    }
+    log->n_touched[vi] = nt;
+    log->n_created[vi] = nc;
+}
+
+HM_CLONES
+int hm_write(hm_state *s, const hm_config *c, const float *X, int64_t m, hm_write_log *log) {
+    int64_t d = s->dim;
+    if (s->size + 2 * m > s->capacity) return HM_ERR_CAPACITY;
+    int64_t kk = c->k < s->size + 2 * m ? c->k : s->size + 2 * m;
+    if (log->touched_stride < kk) return HM_ERR_LOG;
+    int64_t excess = c->max_locations > 0 && s->size > c->max_locations
+                         ? s->size - c->max_locations : 0;
+    if (log->merges_capacity < 3 * m + excess) return HM_ERR_LOG;
+    log->n_merges = 0;
+    if (!c->competitive) {
+        double *tmp_a = (double *)malloc((size_t)d * 2 * sizeof(double));
+        if (!tmp_a) return HM_ERR_NOMEM;
+        for (int64_t vi = 0; vi < m; vi++) {
+            s->writes++;
+            log->created[2 * vi] = spawn(s, X + vi * d, tmp_a, tmp_a + d);
+            log->n_created[vi] = 1;
+            log->n_touched[vi] = 0;
+        }
+        free(tmp_a);
+        return HM_OK;
+    }
+    write_scratch w;
+    size_t cap = (size_t)(s->capacity > 0 ? s->capacity : 1);
+    size_t k = (size_t)(c->k < s->capacity ? c->k : s->capacity) + 1;
+    w.dots = (float *)malloc(cap * sizeof(float));
+    w.rows = (int64_t *)malloc(k * sizeof(int64_t));
+    w.top = (float *)malloc(k * sizeof(float));
+    w.sims = (double *)malloc(k * sizeof(double));
+    w.tmp_a = (double *)malloc((size_t)d * 3 * sizeof(double));
+    int ok = w.dots && w.rows && w.top && w.sims && w.tmp_a;
+    if (ok) {
+        w.tmp_c = w.tmp_a + d;
+        w.x64 = w.tmp_a + 2 * d;
+        for (int64_t vi = 0; vi < m; vi++) write_competitive(s, c, X + vi * d, vi, &w, log);
+    }
+    free(w.dots); free(w.rows); free(w.top); free(w.sims); free(w.tmp_a);
+    return ok ? HM_OK : HM_ERR_NOMEM;
+}
+
+/* ---- reads --------------------------------------------------------------------------- */
+
+HM_INLINE void softmax_d(const double *x, int64_t n, double beta, double *out) {
+    double mx = -INFINITY, sum = 0.0;
+    for (int64_t j = 0; j < n; j++) if (beta * x[j] > mx) mx = beta * x[j];
+    for (int64_t j = 0; j < n; j++) { out[j] = exp(beta * x[j] - mx); sum += out[j]; }
+    for (int64_t j = 0; j < n; j++) out[j] /= sum;
+}
+
+/* Activation shared by every read: rows and sims of the top k'. */
+HM_INLINE int64_t activate(const hm_state *s, const hm_config *c, const float *q, const float *dots,
+                        int64_t *rows, double *sims, float *scratch_dots, float *top) {
+    int64_t d = s->dim;
+    if (!dots) { hm_dots(s->addresses, s->size, d, q, scratch_dots); dots = scratch_dots; }
+    int64_t kk = hm_top_k(dots, s->size, c->k, rows, top);
+    if (kk < 0) return kk;
+    double qnorm = fnorm(q, d);
+    for (int64_t j = 0; j < kk; j++) sims[j] = qnorm < HM_TINY ? 0.0 : (double)top[j] / qnorm;
+    return kk;
+}
+
+HM_CLONES
+int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const float *dots,
+                int fast_only, float *result, float *fast_result, int64_t *rows,
+                double *sims, double *weights, int32_t *iterations, int8_t *converged) {
+    int64_t d = s->dim;
+    int64_t kmax = c->k < s->size ? c->k : s->size;
+    float *sd = dots ? NULL : (float *)malloc((size_t)s->size * sizeof(float));
+    float *top = (float *)malloc((size_t)kmax * sizeof(float));
+    double *buf = (double *)malloc((size_t)(kmax * d + 3 * d + kmax) * sizeof(double));
+    if ((!dots && !sd) || !top || !buf) { free(sd); free(top); free(buf); return HM_ERR_NOMEM; }
+    double *units = buf, *acc = buf + kmax * d, *xi = acc + d, *nxt = xi + d, *s_it = nxt + d;
+
+    int64_t kk = activate(s, c, q, dots, rows, sims, sd, top);
+    if (kk < 0) { free(sd); free(top); free(buf); return kk; }
+
+    /* Fast read: softmax over the initial similarities, raw patterns. */
+    softmax_d(sims, kk, c->beta, weights);
+    memset(acc, 0, (size_t)d * sizeof(double));
+    for (int64_t j = 0; j < kk; j++) {
+        const double *cj = s->counters + rows[j] * d;
+        double f = weights[j] / s->weights[rows[j]];
+        for (int64_t i = 0; i < d; i++) acc[i] += f * cj[i];
+    }
+    normalize_d(acc, d);
+    for (int64_t i = 0; i < d; i++) fast_result[i] = (float)acc[i];
+    if (fast_only) {
+        memcpy(result, fast_result, (size_t)d * sizeof(float));
+        *iterations = 1;
+        *converged = 1;
+        free(sd); free(top); free(buf);
+        return kk;
+    }
+
+    /* Iterative read over the fixed set: unit patterns, state on the sphere. */
+    for (int64_t j = 0; j < kk; j++) {
+        double *u = units + j * d;
+        memcpy(u, s->counters + rows[j] * d, (size_t)d * sizeof(double));
+        normalize_d(u, d);
+    }
+    for (int64_t i = 0; i < d; i++) xi[i] = (double)q[i];
+    normalize_d(xi, d);
+    int32_t it = 0;
+    int8_t conv = 0;
+    while (it < c->t_max) {
+        it++;
+        double norm = sqrt(ddot(xi, xi, d));
+        for (int64_t j = 0; j < kk; j++)
+            s_it[j] = norm < HM_TINY ? 0.0 : fddot(s->addresses + rows[j] * d, xi, d) / norm;
+        softmax_d(s_it, kk, c->beta, weights);
+        memset(nxt, 0, (size_t)d * sizeof(double));
+        for (int64_t j = 0; j < kk; j++) {
+            const double *u = units + j * d;
+            double f = weights[j];
+            for (int64_t i = 0; i < d; i++) nxt[i] += f * u[i];
+        }
+        normalize_d(nxt, d);
+        conv = cos_d(xi, nxt, d) > 1.0 - c->epsilon;
+        memcpy(xi, nxt, (size_t)d * sizeof(double));
+        if (conv) break;
+    }
+    for (int64_t i = 0; i < d; i++) result[i] = (float)xi[i];
+    *iterations = it;
+    *converged = conv;
+    free(sd); free(top); free(buf);
+    return kk;
+}
+
+HM_CLONES
+int64_t hm_attention(const hm_state *s, const hm_config *c, const float *q, double scale,
+                     float *result, int64_t *rows, double *sims, double *weights) {
+    int64_t d = s->dim;
+    int64_t kmax = c->k < s->size ? c->k : s->size;
+    float *sd = (float *)malloc((size_t)s->size * sizeof(float));
+    float *top = (float *)malloc((size_t)kmax * sizeof(float));
+    double *buf = (double *)malloc((size_t)(2 * d + kmax) * sizeof(double));
+    if (!sd || !top || !buf) { free(sd); free(top); free(buf); return HM_ERR_NOMEM; }
+    double *q64 = buf, *acc = buf + d, *logits = acc + d;
+    int64_t kk = activate(s, c, q, NULL, rows, sims, sd, top);
+    if (kk >= 0) {
+        for (int64_t i = 0; i < d; i++) q64[i] = (double)q[i];
+        for (int64_t j = 0; j < kk; j++) {
+            double n = s->weights[rows[j]];
+            logits[j] = scale * (ddot(s->counters + rows[j] * d, q64, d) / n) + log(n);
+        }
+        softmax_d(logits, kk, 1.0, weights);
+        memset(acc, 0, (size_t)d * sizeof(double));
+        for (int64_t j = 0; j < kk; j++) {
+            const double *cj = s->counters + rows[j] * d;
+            double f = weights[j] / s->weights[rows[j]];
+            for (int64_t i = 0; i < d; i++) acc[i] += f * cj[i];
+        }
+        for (int64_t i = 0; i < d; i++) result[i] = (float)acc[i];
+    }
+    free(sd); free(top); free(buf);
+    return kk;
+}

@@ -1,0 +1,99 @@
+/* hopmem kernel: the hot loops of the associative memory, portable C99.
+ *
+ * No Python here. The caller (hopmem/_kernel.pyx) owns every array, validates
+ * every input and reserves capacity; these functions never allocate memory the
+ * caller sees and report failure only before they mutate anything.
+ *
+ * Conventions (shared with hopmem/_reference.py, the NumPy oracle):
+ *   - rows are kept in ascending id order, so "lower id" == "lower row";
+ *   - activation score of row j for x is dot(x, a_j) / |x| (addresses are unit
+ *     or zero), computed with float32 lanes in one fixed order for every row;
+ *     ranking: higher score first, ties to the lower row;
+ *   - everything else is float64, rounded to float32 only when stored in an
+ *     address or returned as a result.
+ */
+#ifndef HOPMEM_KERNEL_H
+#define HOPMEM_KERNEL_H
+
+#include <stdint.h>
+
+#define HM_TINY 1e-12
+
+enum {
+    HM_OK = 0,
+    HM_ERR_NOMEM = -1,     /* scratch allocation failed (nothing changed) */
+    HM_ERR_CAPACITY = -2,  /* caller reserved too few rows (nothing changed) */
+    HM_ERR_LOG = -3        /* caller's write-log buffers too small (nothing changed) */
+};
+
+typedef struct {
+    int64_t dim;
+    int64_t size;       /* rows in use */
+    int64_t capacity;   /* rows allocated */
+    int64_t *ids;       /* [capacity] */
+    float *addresses;   /* [capacity * dim] unit (or zero) rows */
+    double *counters;   /* [capacity * dim] */
+    double *weights;    /* [capacity] */
+    double eta;
+    int64_t writes;
+    int64_t next_id;
+    uint64_t rng;
+} hm_state;
+
+typedef struct {
+    int competitive;        /* 1: competitive mode, 0: plain */
+    int64_t k;
+    double beta;
+    int64_t t_max;
+    double epsilon;
+    double eta_decay, eta_min;
+    double tau_split, tau_merge, tau_overload;
+    double gamma, tau_damp;
+    int64_t max_locations;  /* 0: unbounded */
+} hm_config;
+
+typedef struct {
+    int64_t *touched;       /* [m * touched_stride] ids that absorbed vector i */
+    int32_t *n_touched;     /* [m] */
+    int64_t touched_stride; /* >= min(k, size) */
+    int64_t *created;       /* [m * 2] */
+    int32_t *n_created;     /* [m] */
+    int64_t *merges;        /* [merges_capacity * 3]: (vector index, removed id, survivor id) */
+    int64_t merges_capacity;
+    int64_t n_merges;       /* out */
+} hm_write_log;
+
+/* out[j] = dot(A[j], x) for j < n, float32 lanes; same op order for every row. */
+void hm_dots(const float *A, int64_t n, int64_t dim, const float *x, float *out);
+
+/* out[q * n + j] = dot(A[j], X[q]) for a block of queries; bit-equal to hm_dots. */
+void hm_dots_batch(const float *A, int64_t n, int64_t dim, const float *X, int64_t nq,
+                   float *out);
+
+/* Rows of the k largest values (ties: lower row first), best first. Returns k' = min(k, n). */
+int64_t hm_top_k(const float *values, int64_t n, int64_t k, int64_t *rows, float *top);
+
+/* Exact top-k by dot product over a matrix (documents); returns k'. */
+int64_t hm_search(const float *A, int64_t n, int64_t dim, const float *x, int64_t k,
+                  int64_t *rows, float *top, float *scratch /* [n] */);
+
+/* Write m vectors (row-major float32) in order. Needs capacity >= size + 2m. */
+int hm_write(hm_state *s, const hm_config *c, const float *X, int64_t m, hm_write_log *log);
+
+/* One read. dots: precomputed dot(a_j, q) for every row, or NULL to compute.
+ * Outputs sized k' = min(k, size): rows, sims, weights. result and fast_result: [dim].
+ * Returns k', or HM_ERR_NOMEM. */
+int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const float *dots,
+                int fast_only, float *result, float *fast_result, int64_t *rows,
+                double *sims, double *weights, int32_t *iterations, int8_t *converged);
+
+/* Attention over the activated set; result [dim] not normalised. Returns k'. */
+int64_t hm_attention(const hm_state *s, const hm_config *c, const float *q, double scale,
+                     float *result, int64_t *rows, double *sims, double *weights);
+
+/* Merge the most similar pair (older id survives) until size <= bound, or, with
+ * bound < 0, while the pair's cosine exceeds tau. Appends (−1, removed, survivor)
+ * triples to merges (capacity max_merges). Returns the number of merges or < 0. */
+int64_t hm_merge(hm_state *s, int64_t bound, double tau, int64_t *merges, int64_t max_merges);
+
+#endif

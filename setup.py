@@ -1,0 +1,26 @@
+"""Build the one compiled extension: hopmem._kernel (Cython over kernels/*.c)."""
+
+import sys
+
+import numpy as np
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+# Reproducible and portable: no -march=native, no -ffast-math. -ffp-contract=off
+# keeps the AVX2 and default clones of the kernel bit-identical (no fused FMA).
+compile_args = [] if sys.platform == "win32" else [
+    "-O3", "-std=gnu99", "-ffp-contract=off", "-fno-math-errno", "-Wall",
+    "-Wno-unused-function",
+]
+
+extensions = [
+    Extension(
+        "hopmem._kernel",
+        sources=["hopmem/_kernel.pyx", "kernels/hopmem_kernel.c"],
+        include_dirs=["kernels", np.get_include()],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+        extra_compile_args=compile_args,
+    )
+]
+
+setup(ext_modules=cythonize(extensions, compiler_directives={"language_level": "3"}))
