@@ -64,24 +64,31 @@ cdef extern from "hopmem_kernel.h" nogil:
 
 
 # Write in chunks so that the capacity reserved ahead (2 rows per vector) stays small.
-cdef int64_t WRITE_CHUNK = 4096
+WRITE_CHUNK = 4096
 # Batched reads score this many queries per pass over the address matrix.
 cdef int64_t READ_BLOCK = 64
 
 
 cdef hm_state _view(state) except *:
+    # The arrays are created by hopmem._state.State with these exact dtypes and
+    # C order; reading their data pointers directly keeps small calls cheap.
     cdef hm_state s
-    cdef int64_t[::1] ids = state.ids
-    cdef float[:, ::1] addresses = state.addresses
-    cdef double[:, ::1] counters = state.counters
-    cdef double[::1] weights = state.weights
+    cdef cnp.ndarray ids = state.ids
+    cdef cnp.ndarray addresses = state.addresses
+    cdef cnp.ndarray counters = state.counters
+    cdef cnp.ndarray weights = state.weights
+    if (ids.dtype.num != cnp.NPY_INT64 or addresses.dtype.num != cnp.NPY_FLOAT32
+            or counters.dtype.num != cnp.NPY_FLOAT64 or weights.dtype.num != cnp.NPY_FLOAT64
+            or not (cnp.PyArray_IS_C_CONTIGUOUS(addresses) and cnp.PyArray_IS_C_CONTIGUOUS(counters)
+                    and cnp.PyArray_IS_C_CONTIGUOUS(ids) and cnp.PyArray_IS_C_CONTIGUOUS(weights))):
+        raise TypeError("hopmem kernel: state arrays have unexpected dtypes or layout")
     s.dim = state.dim
     s.size = state.size
-    s.capacity = ids.shape[0]
-    s.ids = &ids[0]
-    s.addresses = &addresses[0, 0]
-    s.counters = &counters[0, 0]
-    s.weights = &weights[0]
+    s.capacity = cnp.PyArray_DIM(ids, 0)
+    s.ids = <int64_t *>cnp.PyArray_DATA(ids)
+    s.addresses = <float *>cnp.PyArray_DATA(addresses)
+    s.counters = <double *>cnp.PyArray_DATA(counters)
+    s.weights = <double *>cnp.PyArray_DATA(weights)
     s.eta = state.eta
     s.writes = state.writes
     s.next_id = state.next_id
@@ -97,22 +104,30 @@ cdef void _store(state, hm_state *s) except *:
     state.rng = int(s.rng)
 
 
-cdef hm_config _config(cfg) except *:
+cdef class KernelConfig:
+    """A MemoryConfig converted once to the C struct (reads are called often)."""
     cdef hm_config c
-    c.competitive = 1 if cfg.mode == "competitive" else 0
-    c.k = cfg.k
-    c.beta = cfg.beta
-    c.t_max = cfg.t_max
-    c.epsilon = cfg.epsilon
-    c.eta_decay = cfg.eta_decay
-    c.eta_min = cfg.eta_min
-    c.tau_split = cfg.tau_split
-    c.tau_merge = cfg.tau_merge
-    c.tau_overload = cfg.tau_overload
-    c.gamma = cfg.gamma
-    c.tau_damp = cfg.tau_damp
-    c.max_locations = cfg.max_locations or 0
-    return c
+
+    def __cinit__(self, cfg):
+        self.c.competitive = 1 if cfg.mode == "competitive" else 0
+        self.c.k = cfg.k
+        self.c.beta = cfg.beta
+        self.c.t_max = cfg.t_max
+        self.c.epsilon = cfg.epsilon
+        self.c.eta_decay = cfg.eta_decay
+        self.c.eta_min = cfg.eta_min
+        self.c.tau_split = cfg.tau_split
+        self.c.tau_merge = cfg.tau_merge
+        self.c.tau_overload = cfg.tau_overload
+        self.c.gamma = cfg.gamma
+        self.c.tau_damp = cfg.tau_damp
+        self.c.max_locations = cfg.max_locations or 0
+
+
+cdef hm_config _config(cfg) except *:
+    if isinstance(cfg, KernelConfig):
+        return (<KernelConfig>cfg).c
+    return KernelConfig(cfg).c
 
 
 cdef _raise(int64_t rc, what):
@@ -127,12 +142,12 @@ def write(state, cfg, const float[:, ::1] X):
     cdef hm_state s
     cdef hm_write_log log
     cdef int64_t m_all = X.shape[0], start = 0, m, i, rc
-    cdef int64_t stride = max(1, cfg.k)
+    cdef int64_t stride = max(1, c.k)
     touched_out = []
     created_out = []
     merges_out = []
     while start < m_all:
-        m = min(WRITE_CHUNK, m_all - start)
+        m = min(<int64_t>WRITE_CHUNK, m_all - start)
         state.reserve(2 * m)
         s = _view(state)
         excess = max(0, s.size - c.max_locations) if c.max_locations > 0 else 0
@@ -211,6 +226,48 @@ def read(state, cfg, const float[:, ::1] Q, bint fast_only):
             _raise(kk, "batched read")
     return [(rows[i], sims[i], weights[i], int(iterations[i]), bool(converged[i]),
              results[i], fast_results[i]) for i in range(nq)]
+
+
+def read_results(state, cfg, const float[:, ::1] Q, bint fast_only):
+    """Only the reconstructions, float32 (nq, d): the lean path behind Memory.read."""
+    cdef hm_config c = _config(cfg)
+    cdef hm_state s = _view(state)
+    cdef int64_t nq = Q.shape[0], d = s.dim, L = s.size
+    cdef int64_t kmax = min(c.k, L), q, b, nb, kk = 0
+    cdef cnp.ndarray results = np.empty((nq, d), dtype=np.float32)
+    cdef cnp.ndarray scratch = np.empty((2 * kmax + 1) * 3 + d + 8, dtype=np.float64)
+    cdef float *res = <float *>cnp.PyArray_DATA(results)
+    cdef double *sc = <double *>cnp.PyArray_DATA(scratch)
+    # scratch layout: rows (int64, kmax) | sims | weights | fast result (float32, d)
+    cdef int64_t *rows = <int64_t *>sc
+    cdef double *sims = sc + kmax
+    cdef double *weights = sc + 2 * kmax
+    cdef float *fast = <float *>(sc + 3 * kmax)
+    cdef int32_t it
+    cdef int8_t conv
+    cdef float[:, ::1] dots_v
+    if nq == 0:
+        return results
+    if nq == 1:
+        with nogil:
+            kk = hm_read(&s, &c, &Q[0, 0], NULL, fast_only, res, fast, rows, sims, weights,
+                         &it, &conv)
+    else:
+        dots_v = np.empty((min(READ_BLOCK, nq), L), dtype=np.float32)
+        with nogil:
+            b = 0
+            while b < nq and kk >= 0:
+                nb = min(READ_BLOCK, nq - b)
+                hm_dots_batch(s.addresses, L, d, &Q[b, 0], nb, &dots_v[0, 0])
+                for q in range(nb):
+                    kk = hm_read(&s, &c, &Q[b + q, 0], &dots_v[q, 0], fast_only,
+                                 res + (b + q) * d, fast, rows, sims, weights, &it, &conv)
+                    if kk < 0:
+                        break
+                b += nb
+    if kk < 0:
+        _raise(kk, "read")
+    return results
 
 
 def attention(state, cfg, const float[::1] q, double scale):

@@ -22,7 +22,7 @@ from .errors import DimensionMismatch, EmptyMemory, InvalidInput
 
 __all__ = [
     "Memory", "WriteResult", "Trace", "AttentionResult", "Stats", "CompressResult",
-    "as_vectors", "Strategy",
+    "as_vectors", "Strategy", "top_k_dot",
 ]
 
 Strategy = Literal["iterative", "fast"]
@@ -103,14 +103,17 @@ def as_vectors(value: Any, dim: int, name: str = "vectors") -> tuple[np.ndarray,
     is not already exactly that; the input is never written to) and whether a
     single vector was given.
     """
-    try:
-        arr = np.asarray(value)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"{name}: expected an array of numbers, got {type(value).__name__}") from exc
-    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
-        raise InvalidInput(f"{name}: expected numbers, got dtype {arr.dtype}")
-    if np.issubdtype(arr.dtype, np.complexfloating):
-        raise InvalidInput(f"{name}: expected real numbers, got complex")
+    if isinstance(value, np.ndarray):
+        arr = value
+    else:
+        try:
+            arr = np.asarray(value)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInput(
+                f"{name}: expected an array of numbers, got {type(value).__name__}") from exc
+    if arr.dtype.kind not in "fiub":  # float, signed, unsigned, bool
+        what = "complex" if arr.dtype.kind == "c" else f"dtype {arr.dtype}"
+        raise InvalidInput(f"{name}: expected real numbers, got {what}")
     single = arr.ndim == 1
     if arr.ndim not in (1, 2):
         raise InvalidInput(f"{name}: expected shape (d,) or (n, d), got shape {arr.shape}")
@@ -119,7 +122,9 @@ def as_vectors(value: Any, dim: int, name: str = "vectors") -> tuple[np.ndarray,
         raise DimensionMismatch(dim, arr2.shape[1], name)
     with np.errstate(over="ignore"):
         out = np.ascontiguousarray(arr2, dtype=np.float32)
-    if not np.isfinite(out).all():
+    # In float64 a sum of finite float32 values cannot overflow, so a finite
+    # sum proves every value finite (NaN and inf propagate); cheap for reads.
+    if not math.isfinite(float(out.sum(dtype=np.float64))):
         bad = np.argwhere(~np.isfinite(out))[0]
         where = f"[{bad[1]}]" if single else f"[{bad[0]}, {bad[1]}]"
         raise InvalidInput(
@@ -131,6 +136,18 @@ def as_vectors(value: Any, dim: int, name: str = "vectors") -> tuple[np.ndarray,
 
 class _ReferenceEngine:
     name = "reference"
+
+    def prepare(self, cfg: MemoryConfig) -> MemoryConfig:
+        return cfg
+
+    def may_fail_midway(self, n: int) -> bool:
+        return True
+
+    def read_results(self, state, cfg, Q, strategy):
+        out = np.empty(Q.shape, dtype=np.float32)
+        for i, q in enumerate(Q):
+            out[i] = _reference.read(state, cfg, q, strategy).result
+        return out
 
     def write(self, state: State, cfg: MemoryConfig, X: np.ndarray):
         log = _reference.write(state, cfg, X)
@@ -164,11 +181,20 @@ class _NativeEngine:
         from . import _kernel  # the only import of the compiled module
         self._k = _kernel
 
-    def write(self, state: State, cfg: MemoryConfig, X: np.ndarray):
+    def prepare(self, cfg: MemoryConfig):
+        return self._k.KernelConfig(cfg)
+
+    def may_fail_midway(self, n: int) -> bool:
+        return n > self._k.WRITE_CHUNK
+
+    def write(self, state: State, cfg, X: np.ndarray):
         return self._k.write(state, cfg, X)
 
-    def read(self, state: State, cfg: MemoryConfig, Q: np.ndarray, strategy: str):
+    def read(self, state: State, cfg, Q: np.ndarray, strategy: str):
         return self._k.read(state, cfg, Q, strategy == "fast")
+
+    def read_results(self, state: State, cfg, Q: np.ndarray, strategy: str):
+        return self._k.read_results(state, cfg, Q, strategy == "fast")
 
     def attention(self, state, cfg, q, scale):
         return self._k.attention(state, cfg, q, scale)
@@ -189,6 +215,30 @@ def _engine(name: str):
     if name not in _ENGINES:
         _ENGINES[name] = _NativeEngine() if name == "native" else _ReferenceEngine()
     return _ENGINES[name]
+
+
+def top_k_dot(matrix: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-k rows of ``matrix`` by dot product, for each row of ``queries``.
+
+    ``matrix`` float32 ``(n, d)``, ``queries`` float32 ``(q, d)`` (both made
+    C-contiguous here). Returns ``(rows int64 (q, k'), scores float32 (q, k'))``
+    with ``k' = min(k, n)``, best first, ties to the lower row. Runs in the
+    native kernel (single thread, GIL released); normalise the rows first for
+    cosine. This is the scan behind exact document resolution.
+    """
+    if isinstance(k, bool) or int(k) != k or k < 1:
+        raise InvalidInput(f"k: expected an integer >= 1, got {k!r}")
+    matrix = np.ascontiguousarray(matrix, dtype=np.float32)
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    if matrix.ndim != 2 or queries.ndim != 2 or matrix.shape[1] != queries.shape[1]:
+        raise InvalidInput(
+            f"top_k_dot: expected matrix (n, d) and queries (q, d), got {matrix.shape} "
+            f"and {queries.shape}")
+    if matrix.shape[0] == 0:
+        return (np.zeros((queries.shape[0], 0), np.int64),
+                np.zeros((queries.shape[0], 0), np.float32))
+    from . import _kernel
+    return _kernel.search(matrix, queries, int(k))
 
 
 def _cos(a: np.ndarray, b: np.ndarray) -> float:
@@ -250,6 +300,7 @@ class Memory:
     def _init(self, config: MemoryConfig, snapshot: Snapshot | None, backend: str) -> None:
         self._config = config
         self._engine = _engine(backend)
+        self._kcfg = self._engine.prepare(config)  # config in the engine's own form
         self._lock = RWLock()
         if snapshot is None:
             self._state = State(config.dim, config.eta0, config.seed)
@@ -355,11 +406,15 @@ class Memory:
     def _write_locked(self, X: np.ndarray) -> WriteResult:
         if X.shape[0] == 0:
             return WriteResult(0, [], [], [])
-        before = self._state.snapshot()
+        # The kernel checks everything before it mutates, so a batch that fits
+        # one kernel call cannot fail halfway; only longer batches (several
+        # calls) and the Python reference need a snapshot to roll back to.
+        before = self._state.snapshot() if self._engine.may_fail_midway(X.shape[0]) else None
         try:
-            touched, created, merges = self._engine.write(self._state, self._config, X)
+            touched, created, merges = self._engine.write(self._state, self._kcfg, X)
         except BaseException:
-            self._state.restore(before)
+            if before is not None:
+                self._state.restore(before)
             raise
         return WriteResult(X.shape[0], touched, created, merges)
 
@@ -394,7 +449,7 @@ class Memory:
         with self._lock.read():
             if self._state.size == 0:
                 raise EmptyMemory()
-            raw = self._engine.read(self._state, self._config, Q, strategy)
+            raw = self._engine.read(self._state, self._kcfg, Q, strategy)
             ids = self._state.ids
             traces = []
             for q, (rows, sims, weights, iterations, converged, result, fast) in zip(Q, raw):
@@ -418,8 +473,7 @@ class Memory:
         with self._lock.read():
             if self._state.size == 0:
                 raise EmptyMemory()
-            raw = self._engine.read(self._state, self._config, Q, strategy)
-        out = np.stack([r[5] for r in raw]) if raw else np.zeros((0, self.dim), np.float32)
+            out = self._engine.read_results(self._state, self._kcfg, Q, strategy)
         return out[0] if single else out
 
     def analyze(self, query: Any, strategy: Strategy = "iterative") -> Trace | list[Trace]:
@@ -443,7 +497,7 @@ class Memory:
             if self._state.size == 0:
                 raise EmptyMemory()
             rows, sims, alpha, result = self._engine.attention(
-                self._state, self._config, Q[0], float(scale))
+                self._state, self._kcfg, Q[0], float(scale))
             ids = self._state.ids[np.asarray(rows, dtype=np.int64)].copy()
         return AttentionResult(result, float(scale), ids, np.asarray(sims), np.asarray(alpha))
 

@@ -21,7 +21,6 @@
 #endif
 
 #define LANES 16   /* float32 lanes per row in the scan: two 8-wide vectors */
-#define DLANES 8   /* float64 lanes in the small double dots */
 
 /* ---- float32 scan ---------------------------------------------------------- */
 /* Each row's dot product uses 16 float32 lanes (element i goes to lane i % 16),
@@ -138,32 +137,88 @@ void hm_dots_batch(const float *A, int64_t n, int64_t dim, const float *X, int64
 
 /* ---- float64 helpers (short sums over dim) ------------------------------------ */
 
+/* Dots of float64 vectors with 8 lanes (two 4-wide vectors), fixed order. */
+#if defined(__GNUC__)
+typedef double v4d __attribute__((vector_size(32)));
+typedef double v4d_u __attribute__((vector_size(32), aligned(8)));
+typedef float v4f_u __attribute__((vector_size(16), aligned(4)));
+#define LDD(p) (*(const v4d_u *)(p))
+#define LDF4(p) __builtin_convertvector(*(const v4f_u *)(p), v4d)
+
+HM_INLINE double lanes_sum(v4d lo, v4d hi, double tail) {
+    v4d t = lo + hi;
+    return ((t[0] + t[2]) + (t[1] + t[3])) + tail;
+}
+
 HM_INLINE double ddot(const double *a, const double *b, int64_t dim) {
-    double acc[DLANES] = {0};
+    v4d lo = {0}, hi = {0};
+    double tail = 0.0;
     int64_t i = 0;
-    for (; i + DLANES <= dim; i += DLANES)
-        for (int l = 0; l < DLANES; l++) acc[l] += a[i + l] * b[i + l];
-    for (int l = 0; i + l < dim; l++) acc[l] += a[i + l] * b[i + l];
-    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+    for (; i + 8 <= dim; i += 8) {
+        lo += LDD(a + i) * LDD(b + i);
+        hi += LDD(a + i + 4) * LDD(b + i + 4);
+    }
+    for (; i < dim; i++) tail += a[i] * b[i];
+    return lanes_sum(lo, hi, tail);
 }
 
 HM_INLINE double fddot(const float *a, const double *b, int64_t dim) {
-    double acc[DLANES] = {0};
+    v4d lo = {0}, hi = {0};
+    double tail = 0.0;
     int64_t i = 0;
-    for (; i + DLANES <= dim; i += DLANES)
-        for (int l = 0; l < DLANES; l++) acc[l] += (double)a[i + l] * b[i + l];
-    for (int l = 0; i + l < dim; l++) acc[l] += (double)a[i + l] * b[i + l];
-    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+    for (; i + 8 <= dim; i += 8) {
+        lo += LDF4(a + i) * LDD(b + i);
+        hi += LDF4(a + i + 4) * LDD(b + i + 4);
+    }
+    for (; i < dim; i++) tail += (double)a[i] * b[i];
+    return lanes_sum(lo, hi, tail);
 }
 
 HM_INLINE double fnorm(const float *a, int64_t dim) {
-    double acc[DLANES] = {0};
+    v4d lo = {0}, hi = {0};
+    double tail = 0.0;
     int64_t i = 0;
-    for (; i + DLANES <= dim; i += DLANES)
-        for (int l = 0; l < DLANES; l++) acc[l] += (double)a[i + l] * (double)a[i + l];
-    for (int l = 0; i + l < dim; l++) acc[l] += (double)a[i + l] * (double)a[i + l];
-    return sqrt(((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7])));
+    for (; i + 8 <= dim; i += 8) {
+        v4d x = LDF4(a + i), y = LDF4(a + i + 4);
+        lo += x * x;
+        hi += y * y;
+    }
+    for (; i < dim; i++) tail += (double)a[i] * (double)a[i];
+    return sqrt(lanes_sum(lo, hi, tail));
 }
+#else
+HM_INLINE double lanes_sum8(const double *acc, double tail) {
+    return (((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7])))
+           + tail;
+}
+
+HM_INLINE double ddot(const double *a, const double *b, int64_t dim) {
+    double acc[8] = {0}, tail = 0.0;
+    int64_t i = 0;
+    for (; i + 8 <= dim; i += 8)
+        for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
+    for (; i < dim; i++) tail += a[i] * b[i];
+    return lanes_sum8(acc, tail);
+}
+
+HM_INLINE double fddot(const float *a, const double *b, int64_t dim) {
+    double acc[8] = {0}, tail = 0.0;
+    int64_t i = 0;
+    for (; i + 8 <= dim; i += 8)
+        for (int l = 0; l < 8; l++) acc[l] += (double)a[i + l] * b[i + l];
+    for (; i < dim; i++) tail += (double)a[i] * b[i];
+    return lanes_sum8(acc, tail);
+}
+
+HM_INLINE double fnorm(const float *a, int64_t dim) {
+    double acc[8] = {0}, tail = 0.0;
+    int64_t i = 0;
+    for (; i + 8 <= dim; i += 8)
+        for (int l = 0; l < 8; l++) acc[l] += (double)a[i + l] * (double)a[i + l];
+    for (; i < dim; i++) tail += (double)a[i] * (double)a[i];
+    return sqrt(lanes_sum8(acc, tail));
+}
+#endif
 
 /* v /= |v| in place unless |v| < TINY; returns the norm. */
 HM_INLINE double normalize_d(double *v, int64_t dim) {
