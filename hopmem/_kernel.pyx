@@ -21,6 +21,7 @@ cdef extern from "hopmem_kernel.h" nogil:
         int64_t capacity
         int64_t *ids
         float *addresses
+        void *addresses16
         double *counters
         double *weights
         double eta
@@ -38,6 +39,7 @@ cdef extern from "hopmem_kernel.h" nogil:
         double tau_split, tau_merge, tau_overload
         double gamma, tau_damp
         int64_t max_locations
+        int compact
 
     ctypedef struct hm_write_log:
         int64_t *touched
@@ -52,6 +54,8 @@ cdef extern from "hopmem_kernel.h" nogil:
     void hm_dots(const float *A, int64_t n, int64_t dim, const float *x, float *out)
     void hm_dots_batch(const float *A, int64_t n, int64_t dim, const float *X, int64_t nq,
                        float *out)
+    int hm_has_compact()
+    void hm_scan(const hm_state *s, const hm_config *c, const float *X, int64_t nq, float *out)
     int64_t hm_top_k(const float *values, int64_t n, int64_t k, int64_t *rows, float *top)
     int hm_write(hm_state *s, const hm_config *c, const float *X, int64_t m, hm_write_log *log)
     int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const float *dots,
@@ -87,6 +91,13 @@ cdef hm_state _view(state) except *:
     s.capacity = cnp.PyArray_DIM(ids, 0)
     s.ids = <int64_t *>cnp.PyArray_DATA(ids)
     s.addresses = <float *>cnp.PyArray_DATA(addresses)
+    half = state.addresses16
+    if half is None:
+        s.addresses16 = NULL
+    else:
+        if (<cnp.ndarray>half).dtype.num != cnp.NPY_FLOAT16 or cnp.PyArray_DIM(half, 0) != s.capacity:
+            raise TypeError("hopmem kernel: the half copy of the addresses is out of shape")
+        s.addresses16 = cnp.PyArray_DATA(half)
     s.counters = <double *>cnp.PyArray_DATA(counters)
     s.weights = <double *>cnp.PyArray_DATA(weights)
     s.eta = state.eta
@@ -122,6 +133,7 @@ cdef class KernelConfig:
         self.c.gamma = cfg.gamma
         self.c.tau_damp = cfg.tau_damp
         self.c.max_locations = cfg.max_locations or 0
+        self.c.compact = 1 if getattr(cfg, "activation", "exact") == "compact" else 0
 
 
 cdef hm_config _config(cfg) except *:
@@ -211,7 +223,7 @@ def read(state, cfg, const float[:, ::1] Q, bint fast_only):
             b = 0
             while b < nq:
                 nb = min(READ_BLOCK, nq - b)
-                hm_dots_batch(s.addresses, L, d, &Q[b, 0], nb, &dots_v[0, 0])
+                hm_scan(&s, &c, &Q[b, 0], nb, &dots_v[0, 0])
                 for q in range(nb):
                     kk = hm_read(&s, &c, &Q[b + q, 0], &dots_v[q, 0], fast_only,
                                  &res_v[b + q, 0], &fast_v[b + q, 0], &rows_v[b + q, 0],
@@ -258,7 +270,7 @@ def read_results(state, cfg, const float[:, ::1] Q, bint fast_only):
             b = 0
             while b < nq and kk >= 0:
                 nb = min(READ_BLOCK, nq - b)
-                hm_dots_batch(s.addresses, L, d, &Q[b, 0], nb, &dots_v[0, 0])
+                hm_scan(&s, &c, &Q[b, 0], nb, &dots_v[0, 0])
                 for q in range(nb):
                     kk = hm_read(&s, &c, &Q[b + q, 0], &dots_v[q, 0], fast_only,
                                  res + (b + q) * d, fast, rows, sims, weights, &it, &conv)
@@ -309,6 +321,11 @@ def merge_closest_until(state, int64_t bound):
 def merge_above(state, double tau):
     """Merge the most similar pair while its cosine exceeds tau."""
     return _merge(state, -1, tau)
+
+
+def has_compact():
+    """Whether this build supports compact (half-precision) activation."""
+    return bool(hm_has_compact())
 
 
 def dots(const float[:, ::1] A, const float[::1] x):

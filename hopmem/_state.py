@@ -51,11 +51,15 @@ class Snapshot:
 class State:
     """Location arrays (capacity >= size) plus the scalar state."""
 
-    def __init__(self, dim: int, eta: float, seed: int, capacity: int = 16) -> None:
+    def __init__(self, dim: int, eta: float, seed: int, capacity: int = 16,
+                 compact: bool = False) -> None:
         self.dim = dim
         capacity = max(capacity, 1)
         self.ids = np.zeros(capacity, dtype=np.int64)
         self.addresses = np.zeros((capacity, dim), dtype=np.float32)
+        # Compact activation keeps an IEEE half copy of the addresses, which
+        # the kernel updates row by row with every address it changes.
+        self.addresses16 = np.zeros((capacity, dim), dtype=np.float16) if compact else None
         self.counters = np.zeros((capacity, dim), dtype=np.float64)
         self.weights = np.zeros(capacity, dtype=np.float64)
         self.size = 0
@@ -83,6 +87,10 @@ class State:
         weights = np.zeros(new, dtype=np.float64)
         ids[:n] = self.ids[:n]
         addresses[:n] = self.addresses[:n]
+        if self.addresses16 is not None:
+            half = np.zeros((new, self.dim), dtype=np.float16)
+            half[:n] = self.addresses16[:n]
+            self.addresses16 = half
         counters[:n] = self.counters[:n]
         weights[:n] = self.weights[:n]
         self.ids, self.addresses, self.counters, self.weights = ids, addresses, counters, weights
@@ -101,9 +109,9 @@ class State:
         )
 
     @classmethod
-    def from_snapshot(cls, dim: int, snap: Snapshot) -> "State":
+    def from_snapshot(cls, dim: int, snap: Snapshot, compact: bool = False) -> "State":
         n = int(snap.ids.shape[0])
-        state = cls(dim, snap.eta, 0, capacity=max(16, n))
+        state = cls(dim, snap.eta, 0, capacity=max(16, n), compact=compact)
         state.ids[:n] = snap.ids
         state.addresses[:n] = snap.addresses
         state.counters[:n] = snap.counters
@@ -113,9 +121,12 @@ class State:
         state.writes = int(snap.writes)
         state.next_id = int(snap.next_id)
         state.rng = int(snap.rng) & _MASK64
+        if state.addresses16 is not None:
+            # IEEE round-to-nearest-even, as the kernel's own conversion.
+            state.addresses16[:n] = snap.addresses.astype(np.float16)
         return state
 
     def restore(self, snap: Snapshot) -> None:
         """Overwrite this state in place with a snapshot (used to roll back)."""
-        other = State.from_snapshot(self.dim, snap)
+        other = State.from_snapshot(self.dim, snap, compact=self.addresses16 is not None)
         self.__dict__.update(other.__dict__)

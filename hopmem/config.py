@@ -12,11 +12,18 @@ from .errors import InvalidConfig
 __all__ = ["MemoryConfig", "MODES"]
 
 MODES = ("competitive", "plain")
+ACTIVATIONS = ("exact", "compact")
 
 
 @dataclass(frozen=True)
 class MemoryConfig:
     """Every parameter of one memory (see ALGORITHM.md for the rules).
+
+    ``activation="compact"`` makes reads scan a float16 copy of the addresses
+    and re-score the best ``max(2k, k + 16)`` candidates exactly in float32:
+    faster on large memories, and the activated set differs from the exact one
+    only when a true top-k location falls outside that pool. Writes always
+    activate exactly, so the state never depends on it.
 
     ``tau_overload=None`` resolves to ``max(dim / 32, 8)``; the resolved value is
     what is stored, so a saved config reproduces the same memory.
@@ -38,6 +45,7 @@ class MemoryConfig:
     tau_damp: float = 10.0
     max_locations: int | None = None
     seed: int = 0
+    activation: Literal["exact", "compact"] = "exact"
 
     def __post_init__(self) -> None:
         def fail(field: str, expected: str, got: Any) -> None:
@@ -67,6 +75,8 @@ class MemoryConfig:
         set_(self, "dim", integer("dim", self.dim, 1))
         if self.mode not in MODES:
             fail("mode", "'competitive' or 'plain'", self.mode)
+        if self.activation not in ACTIVATIONS:
+            fail("activation", "'exact' or 'compact'", self.activation)
         set_(self, "k", integer("k", self.k, 1))
         set_(self, "t_max", integer("t_max", self.t_max, 1))
         set_(self, "seed", integer("seed", self.seed, 0))

@@ -287,13 +287,14 @@ class Memory:
         tau_damp: float = 10.0,
         max_locations: int | None = None,
         seed: int = 0,
+        activation: Literal["exact", "compact"] = "exact",
         backend: Literal["native", "reference"] = "native",
     ) -> None:
         config = MemoryConfig(
             dim=dim, mode=mode, k=k, beta=beta, t_max=t_max, epsilon=epsilon, eta0=eta0,
             eta_decay=eta_decay, eta_min=eta_min, tau_split=tau_split, tau_merge=tau_merge,
             tau_overload=tau_overload, gamma=gamma, tau_damp=tau_damp,
-            max_locations=max_locations, seed=seed,
+            max_locations=max_locations, seed=seed, activation=activation,
         )
         self._init(config, None, backend)
 
@@ -302,10 +303,11 @@ class Memory:
         self._engine = _engine(backend)
         self._kcfg = self._engine.prepare(config)  # config in the engine's own form
         self._lock = RWLock()
+        compact = config.activation == "compact" and self._engine.name == "native"
         if snapshot is None:
-            self._state = State(config.dim, config.eta0, config.seed)
+            self._state = State(config.dim, config.eta0, config.seed, compact=compact)
         else:
-            self._state = State.from_snapshot(config.dim, snapshot)
+            self._state = State.from_snapshot(config.dim, snapshot, compact=compact)
 
     @classmethod
     def from_config(cls, config: MemoryConfig, snapshot: Snapshot | None = None,

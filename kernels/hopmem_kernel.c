@@ -9,7 +9,7 @@
  * time, with the portable default beside it. -ffp-contract=off (setup.py) keeps
  * both clones bit-identical. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define HM_CLONES __attribute__((target_clones("avx2", "default")))
+#define HM_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define HM_CLONES
 #endif
@@ -133,6 +133,89 @@ void hm_dots_batch(const float *A, int64_t n, int64_t dim, const float *X, int64
     }
     for (; j < n; j++)
         for (int64_t q = 0; q < nq; q++) out[q * n + j] = dot1(A + j * dim, dim, X + q * dim);
+}
+
+/* ---- compact activation: a half-precision copy of the addresses ------------ */
+/* Scanning IEEE halves moves half the bytes of the float32 scan; the top
+ * candidates are then re-scored exactly with dot1(), so a read's activated set
+ * differs from the exact one only when a true top-k row falls outside the
+ * candidate pool (measured and tested). Writes always activate exactly. */
+
+#if defined(__GNUC__) && defined(__FLT16_MAX__)
+#define HM_HAVE_F16 1
+typedef _Float16 hm_half;
+
+/* The half scan is written once (dots16_template.h) and compiled twice: with
+ * F16C conversion instructions (vcvtph2ps) where the CPU has them, and with
+ * the compiler's portable conversion elsewhere. Half to float is exact, and
+ * the lane order is the same, so both give bit-equal scores. */
+static inline v8f ldh_portable(const hm_half *p) {
+    v8f out;
+    for (int l = 0; l < 8; l++) out[l] = (float)p[l];
+    return out;
+}
+#define HM_DOTS16_NAME dots16_portable
+#define HM_DOTS16_ATTR
+#define HM_LDH(p) ldh_portable(p)
+#include "dots16_template.h"
+#undef HM_DOTS16_NAME
+#undef HM_DOTS16_ATTR
+#undef HM_LDH
+
+#if defined(__x86_64__) && (defined(__linux__) || defined(__APPLE__))
+#include <immintrin.h>
+#define HM_HAVE_F16C_PATH 1
+#define HM_DOTS16_NAME dots16_f16c
+#define HM_DOTS16_ATTR __attribute__((target("avx2,f16c")))
+#define HM_LDH(p) ((v8f)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p))))
+#include "dots16_template.h"
+#undef HM_DOTS16_NAME
+#undef HM_DOTS16_ATTR
+#undef HM_LDH
+#endif
+
+static void dots16_batch(const hm_half *A, int64_t n, int64_t dim, const float *X, int64_t nq,
+                         float *out) {
+#ifdef HM_HAVE_F16C_PATH
+    static int use_f16c = -1;
+    if (use_f16c < 0) {
+        __builtin_cpu_init();
+        use_f16c = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    }
+    if (use_f16c) { dots16_f16c(A, n, dim, X, nq, out); return; }
+#endif
+    dots16_portable(A, n, dim, X, nq, out);
+}
+
+HM_CLONES
+static void sync_rows16(hm_state *s, int64_t row, int64_t count) {
+    if (!s->addresses16) return;
+    const float *a = s->addresses + row * s->dim;
+    hm_half *h = (hm_half *)s->addresses16 + row * s->dim;
+    for (int64_t i = 0; i < count * s->dim; i++) h[i] = (hm_half)a[i];
+}
+
+int hm_has_compact(void) { return 1; }
+#else
+int hm_has_compact(void) { return 0; }
+static void sync_rows16(hm_state *s, int64_t row, int64_t count) {
+    (void)s; (void)row; (void)count;
+}
+#endif
+
+void hm_sync_compact(hm_state *s) { sync_rows16(s, 0, s->size); }
+
+void hm_scan(const hm_state *s, const hm_config *c, const float *X, int64_t nq, float *out) {
+#ifdef HM_HAVE_F16
+    if (c->compact && s->addresses16) {
+        dots16_batch((const hm_half *)s->addresses16, s->size, s->dim, X, nq, out);
+        return;
+    }
+#else
+    (void)c;
+#endif
+    if (nq == 1) hm_dots(s->addresses, s->size, s->dim, X, out);
+    else hm_dots_batch(s->addresses, s->size, s->dim, X, nq, out);
 }
 
 /* ---- float64 helpers (short sums over dim) ------------------------------------ */
@@ -315,6 +398,7 @@ static int64_t append_row(hm_state *s, const double *address, const double *coun
     s->weights[row] = weight;
     s->ids[row] = s->next_id++;
     s->size++;
+    sync_rows16(s, row, 1);
     return s->ids[row];
 }
 
@@ -333,6 +417,10 @@ static void remove_row(hm_state *s, int64_t row) {
                 (size_t)(tail * d) * sizeof(float));
         memmove(s->counters + row * d, s->counters + (row + 1) * d,
                 (size_t)(tail * d) * sizeof(double));
+        if (s->addresses16)
+            memmove((uint16_t *)s->addresses16 + row * d,
+                    (uint16_t *)s->addresses16 + (row + 1) * d,
+                    (size_t)(tail * d) * sizeof(uint16_t));
     }
     s->size--;
 }
@@ -347,6 +435,7 @@ static void merge_rows(hm_state *s, int64_t keep, int64_t drop, double *tmp,
     for (int64_t i = 0; i < d; i++) tmp[i] = nk * (double)ak[i] + nd * (double)ad[i];
     normalize_d(tmp, d);
     for (int64_t i = 0; i < d; i++) ak[i] = (float)tmp[i];
+    sync_rows16(s, keep, 1);
     double *ck = s->counters + keep * d;
     const double *cd = s->counters + drop * d;
     for (int64_t i = 0; i < d; i++) ck[i] += cd[i];
@@ -459,6 +548,7 @@ HM_INLINE void write_competitive(hm_state *s, const hm_config *c, const float *x
             s->weights[row] += wj;
             normalize_d(w->tmp_a, d);
             for (int64_t i = 0; i < d; i++) aj[i] = (float)w->tmp_a[i];
+            sync_rows16(s, row, 1);
             touched[nt++] = s->ids[row];
         }
         double eta = s->eta * c->eta_decay;
@@ -556,13 +646,47 @@ HM_INLINE void softmax_d(const double *x, int64_t n, double beta, double *out) {
     for (int64_t j = 0; j < n; j++) out[j] /= sum;
 }
 
-/* Activation shared by every read: rows and sims of the top k'. */
-HM_INLINE int64_t activate(const hm_state *s, const hm_config *c, const float *q, const float *dots,
-                        int64_t *rows, double *sims, float *scratch_dots, float *top) {
+/* Activation shared by every read: rows and sims of the top k'.
+ * scores: hm_scan() output for q (exact, or half-precision when compact), or
+ * NULL to scan here. cand_rows/cand_vals: scratch of candidate_pool() entries. */
+HM_INLINE int64_t candidate_pool(const hm_state *s, const hm_config *c) {
+    int64_t k = c->k < s->size ? c->k : s->size;
+    int64_t pool = 2 * k > k + 16 ? 2 * k : k + 16;
+    return pool < s->size ? pool : s->size;
+}
+
+static int row_cmp(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+HM_INLINE int64_t activate(const hm_state *s, const hm_config *c, const float *q,
+                           const float *scores, int64_t *rows, double *sims,
+                           float *scratch_dots, float *top, int64_t *cand_rows,
+                           float *cand_vals) {
     int64_t d = s->dim;
-    if (!dots) { hm_dots(s->addresses, s->size, d, q, scratch_dots); dots = scratch_dots; }
-    int64_t kk = hm_top_k(dots, s->size, c->k, rows, top);
-    if (kk < 0) return kk;
+    if (!scores) { hm_scan(s, c, q, 1, scratch_dots); scores = scratch_dots; }
+    int64_t kk;
+    int64_t pool = candidate_pool(s, c);
+    if (c->compact && s->addresses16 && pool < s->size) {
+        /* Candidates by the half scan, then exact float32 scores for them, in
+         * row order so that the tie rule (lower row first) still holds. */
+        int64_t np = hm_top_k(scores, s->size, pool, cand_rows, cand_vals);
+        if (np < 0) return np;
+        qsort(cand_rows, (size_t)np, sizeof(int64_t), row_cmp);
+        /* The float32 rows were not scanned, so ask for them all before use. */
+        for (int64_t j = 0; j < np; j++) {
+            const char *row = (const char *)(s->addresses + cand_rows[j] * d);
+            for (int64_t b = 0; b < d * (int64_t)sizeof(float); b += 64) __builtin_prefetch(row + b);
+        }
+        for (int64_t j = 0; j < np; j++) cand_vals[j] = dot1(s->addresses + cand_rows[j] * d, d, q);
+        kk = hm_top_k(cand_vals, np, c->k, rows, top);
+        if (kk < 0) return kk;
+        for (int64_t j = 0; j < kk; j++) rows[j] = cand_rows[rows[j]];
+    } else {
+        kk = hm_top_k(scores, s->size, c->k, rows, top);
+        if (kk < 0) return kk;
+    }
     double qnorm = fnorm(q, d);
     for (int64_t j = 0; j < kk; j++) sims[j] = qnorm < HM_TINY ? 0.0 : (double)top[j] / qnorm;
     return kk;
@@ -574,13 +698,19 @@ int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const flo
                 double *sims, double *weights, int32_t *iterations, int8_t *converged) {
     int64_t d = s->dim;
     int64_t kmax = c->k < s->size ? c->k : s->size;
+    int64_t pool = candidate_pool(s, c);
     float *sd = dots ? NULL : (float *)malloc((size_t)s->size * sizeof(float));
-    float *top = (float *)malloc((size_t)kmax * sizeof(float));
+    float *top = (float *)malloc((size_t)(kmax + pool) * sizeof(float));
+    int64_t *cand = (int64_t *)malloc((size_t)(pool > 0 ? pool : 1) * sizeof(int64_t));
     double *buf = (double *)malloc((size_t)(kmax * d + 3 * d + kmax) * sizeof(double));
-    if ((!dots && !sd) || !top || !buf) { free(sd); free(top); free(buf); return HM_ERR_NOMEM; }
+    if ((!dots && !sd) || !top || !buf || !cand) {
+        free(sd); free(top); free(buf); free(cand);
+        return HM_ERR_NOMEM;
+    }
     double *units = buf, *acc = buf + kmax * d, *xi = acc + d, *nxt = xi + d, *s_it = nxt + d;
 
-    int64_t kk = activate(s, c, q, dots, rows, sims, sd, top);
+    int64_t kk = activate(s, c, q, dots, rows, sims, sd, top, cand, top + kmax);
+    free(cand);
     if (kk < 0) { free(sd); free(top); free(buf); return kk; }
 
     /* Fast read: softmax over the initial similarities, raw patterns. */
@@ -640,12 +770,18 @@ int64_t hm_attention(const hm_state *s, const hm_config *c, const float *q, doub
                      float *result, int64_t *rows, double *sims, double *weights) {
     int64_t d = s->dim;
     int64_t kmax = c->k < s->size ? c->k : s->size;
+    int64_t pool = candidate_pool(s, c);
     float *sd = (float *)malloc((size_t)s->size * sizeof(float));
-    float *top = (float *)malloc((size_t)kmax * sizeof(float));
+    float *top = (float *)malloc((size_t)(kmax + pool) * sizeof(float));
+    int64_t *cand = (int64_t *)malloc((size_t)(pool > 0 ? pool : 1) * sizeof(int64_t));
     double *buf = (double *)malloc((size_t)(2 * d + kmax) * sizeof(double));
-    if (!sd || !top || !buf) { free(sd); free(top); free(buf); return HM_ERR_NOMEM; }
+    if (!sd || !top || !buf || !cand) {
+        free(sd); free(top); free(buf); free(cand);
+        return HM_ERR_NOMEM;
+    }
     double *q64 = buf, *acc = buf + d, *logits = acc + d;
-    int64_t kk = activate(s, c, q, NULL, rows, sims, sd, top);
+    int64_t kk = activate(s, c, q, NULL, rows, sims, sd, top, cand, top + kmax);
+    free(cand);
     if (kk >= 0) {
         for (int64_t i = 0; i < d; i++) q64[i] = (double)q[i];
         for (int64_t j = 0; j < kk; j++) {

@@ -32,6 +32,7 @@ typedef struct {
     int64_t capacity;   /* rows allocated */
     int64_t *ids;       /* [capacity] */
     float *addresses;   /* [capacity * dim] unit (or zero) rows */
+    void *addresses16;  /* [capacity * dim] IEEE half copy for compact activation, or NULL */
     double *counters;   /* [capacity * dim] */
     double *weights;    /* [capacity] */
     double eta;
@@ -50,6 +51,7 @@ typedef struct {
     double tau_split, tau_merge, tau_overload;
     double gamma, tau_damp;
     int64_t max_locations;  /* 0: unbounded */
+    int compact;            /* 1: reads scan the half copy, then re-score candidates exactly */
 } hm_config;
 
 typedef struct {
@@ -69,6 +71,16 @@ void hm_dots(const float *A, int64_t n, int64_t dim, const float *x, float *out)
 /* out[q * n + j] = dot(A[j], X[q]) for a block of queries; bit-equal to hm_dots. */
 void hm_dots_batch(const float *A, int64_t n, int64_t dim, const float *X, int64_t nq,
                    float *out);
+
+/* Whether this build can keep and scan a half-precision copy (compact activation). */
+int hm_has_compact(void);
+
+/* Read-activation scores for nq queries: exact float32 dots, or half-precision
+ * approximations when c->compact (re-scored exactly inside hm_read). */
+void hm_scan(const hm_state *s, const hm_config *c, const float *X, int64_t nq, float *out);
+
+/* Refresh the half copy of every address row (after a restore). */
+void hm_sync_compact(hm_state *s);
 
 /* Rows of the k largest values (ties: lower row first), best first. Returns k' = min(k, n). */
 int64_t hm_top_k(const float *values, int64_t n, int64_t k, int64_t *rows, float *top);
