@@ -27,3 +27,9 @@ __all__ = [
     "NotFound", "AlreadyExists", "StoreError", "IncompatibleStore", "CorruptStore",
     "__version__",
 ]
+
+# The embedded durable store (hopmem.store): appended after __version__, which it reads.
+from .errors import StoreLocked  # noqa: E402
+from .store import Collection, Database, DataDir, Document, DocumentHit, open  # noqa: E402
+
+__all__ += ["open", "DataDir", "Database", "Collection", "Document", "DocumentHit", "StoreLocked"]

@@ -323,6 +323,19 @@ def merge_above(state, double tau):
     return _merge(state, -1, tau)
 
 
+def all_finite(const float[::1] values):
+    """True when every value is finite (no NaN, no infinity)."""
+    cdef Py_ssize_t i, n = values.shape[0]
+    cdef bint ok = True
+    with nogil:
+        for i in range(n):
+            # x - x is 0 for finite x and NaN for NaN or infinity.
+            if values[i] - values[i] != 0:
+                ok = False
+                break
+    return ok
+
+
 def has_compact():
     """Whether this build supports compact (half-precision) activation."""
     return bool(hm_has_compact())

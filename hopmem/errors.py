@@ -19,6 +19,7 @@ __all__ = [
     "IncompatibleStore",
     "StoreError",
     "CorruptStore",
+    "StoreLocked",
 ]
 
 
@@ -71,3 +72,7 @@ class IncompatibleStore(StoreError):
 
 class CorruptStore(StoreError):
     """The file is not a hopmem database, or it is damaged."""
+
+
+class StoreLocked(StoreError):
+    """The database file is held open for writing by another process (or handle)."""

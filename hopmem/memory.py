@@ -120,16 +120,32 @@ def as_vectors(value: Any, dim: int, name: str = "vectors") -> tuple[np.ndarray,
     arr2 = arr.reshape(1, -1) if single else arr
     if arr2.shape[1] != dim:
         raise DimensionMismatch(dim, arr2.shape[1], name)
-    with np.errstate(over="ignore"):
-        out = np.ascontiguousarray(arr2, dtype=np.float32)
-    # In float64 a sum of finite float32 values cannot overflow, so a finite
-    # sum proves every value finite (NaN and inf propagate); cheap for reads.
-    if not math.isfinite(float(out.sum(dtype=np.float64))):
+    if arr2.dtype == np.float32:
+        out = np.ascontiguousarray(arr2)
+    else:
+        with np.errstate(over="ignore"):  # too large for float32: caught just below
+            out = np.ascontiguousarray(arr2, dtype=np.float32)
+    if not _all_finite(out.reshape(-1)):
         bad = np.argwhere(~np.isfinite(out))[0]
         where = f"[{bad[1]}]" if single else f"[{bad[0]}, {bad[1]}]"
         raise InvalidInput(
             f"{name}{where}: expected a finite float32 value, got {arr2[tuple(bad)]!r}")
     return out, single
+
+
+def _all_finite(flat: np.ndarray) -> bool:
+    global _finite_check
+    if _finite_check is None:
+        try:
+            from ._kernel import all_finite as check
+        except ImportError:  # the reference backend works without the build
+            def check(values: np.ndarray) -> bool:
+                return bool(np.isfinite(values).all())
+        _finite_check = check
+    return _finite_check(flat)
+
+
+_finite_check = None
 
 
 # -- engines: the kernel and the reference behind one interface ------------------------

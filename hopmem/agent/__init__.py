@@ -1,0 +1,42 @@
+"""Agent memory: scopes, labels, hybrid keyword and associative recall, selections,
+feedback, forgetting, tools and history helpers, on one SQLite file.
+
+No language model is on the write or recall path. Start with
+:meth:`AgentMemory.open`; see docs/agent-memory.md.
+"""
+
+from __future__ import annotations
+
+from .events import EVENT_TYPES, EventBus, MemoryEvent
+from .history import (
+    RecallingHistory,
+    RememberingRunner,
+    SummarisingHistory,
+    format_memories,
+    inject_memories,
+)
+from .labels import LabelPolicy
+from .memory import (
+    DEFAULT_GATES,
+    MODES,
+    AgentMemory,
+    Entry,
+    Explanation,
+    Hit,
+    MissingIdentity,
+    RecallConfig,
+    Selection,
+)
+from .retention import DEFAULT_KINDS, KINDS, ForgettingPolicy, KindPolicy
+from .temporal import TimeHints, parse_time_hints
+from .tools import NOTHING_REMEMBERED, MemoryTool, MemoryToolkit, memory_tools
+
+__all__ = [
+    "AgentMemory", "Entry", "Explanation", "Hit", "Selection", "RecallConfig", "MissingIdentity",
+    "MODES", "DEFAULT_GATES",
+    "LabelPolicy", "ForgettingPolicy", "KindPolicy", "KINDS", "DEFAULT_KINDS",
+    "EventBus", "MemoryEvent", "EVENT_TYPES",
+    "memory_tools", "MemoryTool", "MemoryToolkit", "NOTHING_REMEMBERED",
+    "inject_memories", "format_memories", "RecallingHistory", "SummarisingHistory", "RememberingRunner",
+    "TimeHints", "parse_time_hints",
+]

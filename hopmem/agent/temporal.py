@@ -1,0 +1,100 @@
+"""Time hints in a query, read without a model.
+
+Two things are read from the words of a query:
+
+* the **order intent**: does the question ask for the current state ("now",
+  "these days", "latest") or for an earlier one ("first", "originally",
+  "before")? It decides which end of a supersession chain ranks first. With no
+  cue the current state wins: that is what a question in the present tense
+  means.
+* a **time window**: an ISO date (``2024-05-03``), ``today``, ``yesterday``,
+  ``N days ago``, ``last week``, or, when the memory has a ``day_zero``,
+  ``day N`` (days counted from ``day_zero``; convenient for simulations).
+  Entries created inside the window become candidates and their time match is
+  shown in the explanation; "around" widens the window by a day on each side.
+
+All times are seconds on the memory's clock.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from dataclasses import dataclass
+
+__all__ = ["TimeHints", "parse_time_hints", "DAY"]
+
+DAY = 86400.0
+
+_RECENT = re.compile(
+    r"\b(now|currently|current|these days|nowadays|at the moment|at present|right now|"
+    r"latest|most recent|most recently|recently|today|still|anymore|any more|these days)\b",
+    re.IGNORECASE,
+)
+_ORIGIN = re.compile(
+    r"\b(first|originally|original|initially|at the start|at first|to begin with|"
+    r"before|earlier|previous|previously|used to|formerly|oldest|back then)\b",
+    re.IGNORECASE,
+)
+_DAY_N = re.compile(r"\b(around |about |on |by )?day (\d{1,5})\b", re.IGNORECASE)
+_ISO = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
+_AGO = re.compile(r"\b(\d{1,4}) days? ago\b", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class TimeHints:
+    """What a query says about time.
+
+    Attributes
+    ----------
+    order : str or None
+        ``"recent"``, ``"origin"`` or ``None`` when the query has no cue (or
+        both kinds of cue).
+    window : tuple of float or None
+        ``(start, end)`` seconds, end exclusive, or ``None``.
+    cues : tuple of str
+        The words that set ``order`` and ``window``, for explanations.
+    """
+
+    order: str | None
+    window: tuple[float, float] | None
+    cues: tuple[str, ...]
+
+
+def parse_time_hints(text: str, now: float, day_zero: float | None = None) -> TimeHints:
+    """Read :class:`TimeHints` from ``text``; ``now`` is the clock's time."""
+    recent = [m.group(0).lower() for m in _RECENT.finditer(text)]
+    origin = [m.group(0).lower() for m in _ORIGIN.finditer(text)]
+    order = None
+    if recent and not origin:
+        order = "recent"
+    elif origin and not recent:
+        order = "origin"
+    cues = recent + origin
+    window = None
+    m = _DAY_N.search(text)
+    if m and day_zero is not None:
+        day = int(m.group(2))
+        start = day_zero + day * DAY
+        pad = DAY if (m.group(1) or "").strip().lower() in ("around", "about") else 0.0
+        window = (start - pad, start + DAY + pad)
+        cues.append(m.group(0).strip().lower())
+    elif (m := _ISO.search(text)) is not None:
+        try:
+            date = _dt.datetime(int(m.group(1)), int(m.group(2)), int(m.group(3)), tzinfo=_dt.timezone.utc)
+            start = date.timestamp()
+            window = (start, start + DAY)
+            cues.append(m.group(0))
+        except ValueError:
+            pass
+    elif (m := _AGO.search(text)) is not None:
+        days = int(m.group(1))
+        window = (now - (days + 1) * DAY, now - (days - 1) * DAY)
+        cues.append(m.group(0).lower())
+    elif re.search(r"\byesterday\b", text, re.IGNORECASE):
+        window = (now - 2 * DAY, now)
+        cues.append("yesterday")
+    elif re.search(r"\blast week\b", text, re.IGNORECASE):
+        window = (now - 8 * DAY, now)
+        cues.append("last week")
+    return TimeHints(order=order, window=window, cues=tuple(dict.fromkeys(cues)))

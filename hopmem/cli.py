@@ -1,0 +1,143 @@
+"""The ``hopmem`` command: thin argument handling over the library.
+
+Subcommands: ``stats PATH``, ``export PATH COLLECTION OUT``, ``import PATH IN``,
+``demo``, and (when the server is installed) ``serve`` and ``keys``. Errors are
+printed as ``hopmem: error: ...`` with exit status 1 (2 for bad arguments).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Sequence
+
+__all__ = ["main", "build_parser"]
+
+
+def _progress(total: int, desc: str, enabled: bool):
+    from tqdm import tqdm
+    # Only worth a bar on long work; tqdm writes to stderr, so --json output stays clean.
+    return tqdm(total=total, desc=desc, unit="vec", disable=not enabled or total < 10_000,
+                file=sys.stderr)
+
+
+def _cmd_stats(args: argparse.Namespace) -> int:
+    from .store import open as open_db
+
+    with open_db(args.path, readonly=True) as db:
+        names = [args.collection] if args.collection else db.collections()
+        out: dict[str, Any] = dict(db.info())
+        out["path"] = db.path
+        out["schema_version"] = db.schema_version
+        out["encoder"] = None if db.encoder is None else db.encoder.to_dict()
+        out["stats"] = {name: db.get_collection(name).stats().to_dict() for name in names}
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"database   {out['name']}  ({out['path']})")
+    print(f"dimension  {out['dimension']}    schema {out['schema_version']}    "
+          f"created {out['created_at']}")
+    if out["encoder"]:
+        enc = out["encoder"]
+        print(f"encoder    {enc['name']} (dimension {enc['dimension']}, "
+              f"fingerprint {enc['fingerprint']})")
+    print(f"collections {len(out['collections'])}")
+    for name, st in out["stats"].items():
+        print(f"  {name}: {st['num_locations']} locations, {st['writes']} writes, "
+              f"{st['documents']} documents, total weight {st['total_weight']:.1f}, "
+              f"eta {st['current_eta']:.6g}")
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from .store import open as open_db
+
+    with open_db(args.path, readonly=True) as db:
+        total = db.get_collection(args.collection).stats().writes
+        with _progress(total, f"export {args.collection}", not args.quiet) as bar:
+            manifest = db.export_collection(args.collection, args.out, progress=bar.update)
+    print(f"exported {args.collection!r}: {manifest['vectors']} vectors, "
+          f"{manifest['documents']} documents -> {args.out}")
+    return 0
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    from .store import open as open_db
+    from .store.portable import read_manifest
+
+    manifest = read_manifest(args.input)
+    with open_db(args.path, dim=int(manifest["dim"])) as db:
+        with _progress(int(manifest["vectors"]), f"import {manifest['name']}",
+                       not args.quiet) as bar:
+            coll = db.import_collection(args.input, args.name, progress=bar.update)
+        st = coll.stats()
+        name = coll.name
+    print(f"imported {name!r}: {st.writes} vectors, {st.documents} documents, "
+          f"{st.num_locations} locations -> {args.path}")
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from . import demo  # written separately; imported only when asked for
+
+    result = demo.main()
+    return int(result) if isinstance(result, int) else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hopmem", description="hopmem: a Hopfield-style associative memory.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    p = sub.add_parser("stats", help="show a database's collections and their statistics")
+    p.add_argument("path", metavar="PATH", help="the database file")
+    p.add_argument("--collection", "-c", metavar="C", help="only this collection")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_cmd_stats)
+
+    p = sub.add_parser("export", help="write a collection to a portable file")
+    p.add_argument("path", metavar="PATH", help="the database file")
+    p.add_argument("collection", metavar="COLLECTION")
+    p.add_argument("out", metavar="OUT", help="the file to write")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_export)
+
+    p = sub.add_parser("import", help="create a collection from a portable file")
+    p.add_argument("path", metavar="PATH", help="the database file (created if missing)")
+    p.add_argument("input", metavar="IN", help="the exported file")
+    p.add_argument("--name", metavar="NAME", help="collection name (default: the exported one)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_import)
+
+    p = sub.add_parser("demo", help="run the demonstration")
+    p.set_defaults(func=_cmd_demo)
+
+    try:
+        from .server.cli import add_subcommands
+    except ImportError:
+        pass
+    else:
+        add_subcommands(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``hopmem`` command; returns the exit status."""
+    from .errors import HopmemError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except HopmemError as exc:
+        print(f"hopmem: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("hopmem: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

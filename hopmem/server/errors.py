@@ -1,0 +1,98 @@
+"""The one place that maps errors to HTTP statuses.
+
+Handlers raise; this module decides the status and the ``{"error": ...}``
+body. Library errors map by type (most specific first); :class:`HTTPError` is
+the server's own (bad body, auth, limits). Anything else is a bug: 500 with a
+generic message, and the traceback goes to the log, never to the client.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import orjson
+from starlette.responses import Response
+
+from hopmem.errors import (
+    AlreadyExists,
+    DimensionMismatch,
+    EmptyMemory,
+    HopmemError,
+    IncompatibleStore,
+    InvalidInput,
+    NotFound,
+    StoreError,
+)
+
+__all__ = ["HTTPError", "error_response", "status_and_message", "json_response"]
+
+logger = logging.getLogger("hopmem.server")
+
+_JSON = "application/json"
+
+
+class HTTPError(Exception):
+    """An error the server itself detects: a status, a message, optional headers."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = int(status)
+        self.message = message
+        self.headers = headers
+
+
+def _encoder_unavailable() -> type[BaseException] | None:
+    try:
+        from hopmem.encoders import EncoderUnavailable
+    except Exception:  # pragma: no cover - encoders is part of the package
+        return None
+    return EncoderUnavailable
+
+
+_EncoderUnavailable = _encoder_unavailable()
+
+# Most specific first: DimensionMismatch is an InvalidInput, IncompatibleStore a StoreError.
+_BY_TYPE: tuple[tuple[type[BaseException], int], ...] = tuple(
+    pair for pair in (
+        (DimensionMismatch, 400),
+        (EmptyMemory, 400),
+        (InvalidInput, 400),          # includes InvalidConfig
+        (NotFound, 404),
+        (AlreadyExists, 409),
+        (IncompatibleStore, 409),     # opened with a different dimension/config/encoder
+        (_EncoderUnavailable, 503),   # the database's encoder cannot be loaded here
+        (StoreError, 503),            # disk full, I/O failure, corrupt file: not a bug of ours
+    ) if pair[0] is not None
+)
+
+
+def status_and_message(exc: BaseException) -> tuple[int, str]:
+    """The HTTP status and the client-facing message for an exception."""
+    if isinstance(exc, HTTPError):
+        return exc.status, exc.message
+    if isinstance(exc, DimensionMismatch):
+        # HeatherDB's exact wording; the engine's message adds which argument.
+        return 400, f"dimension mismatch: expected {exc.expected}, got {exc.got}"
+    if isinstance(exc, HopmemError):
+        for kind, status in _BY_TYPE:
+            if isinstance(exc, kind):
+                return status, str(exc) or kind.__name__
+        return 400, str(exc) or type(exc).__name__
+    return 500, "internal server error"
+
+
+def json_response(body: object, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY), status_code=status,
+                    headers=headers, media_type=_JSON)
+
+
+def error_response(exc: BaseException, method: str = "", path: str = "") -> Response:
+    """The response for ``exc``; logs a traceback when it is a bug (500)."""
+    status, message = status_and_message(exc)
+    if status >= 500 and not isinstance(exc, (HTTPError, HopmemError)):
+        logger.error("unhandled error on %s %s", method, path, exc_info=exc)
+    elif status >= 500:
+        logger.warning("%s %s -> %d: %s", method, path, status, message)
+    headers = exc.headers if isinstance(exc, HTTPError) else None
+    return Response(orjson.dumps({"error": message}), status_code=status, headers=headers,
+                    media_type=_JSON)

@@ -1,0 +1,290 @@
+"""Request validation: JSON bodies, names, query parameters, limits.
+
+Everything a client sends is checked here before it reaches the library, and
+every rejection is an :class:`HTTPError` 400 whose message names the field,
+says what was expected and what came. orjson does the parsing: it already
+refuses ``NaN``, ``Infinity`` and numbers that overflow a double (``1e999``).
+Values that overflow float32 are refused by the engine's own validation.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from .errors import HTTPError
+
+__all__ = [
+    "Limits", "DB_NAME", "check_db_name", "check_collection_name", "parse_body",
+    "field", "vector", "vectors", "metadata_list", "strategy", "optional_int",
+    "optional_number", "query_int", "query_bool", "document_id", "STRATEGIES",
+    "DOCUMENT_MODES", "text", "texts",
+]
+
+STRATEGIES = ("iterative", "fast")
+DOCUMENT_MODES = ("indexed", "exact")
+
+DB_NAME = re.compile(r"[a-z][a-z0-9_-]{0,62}")
+#: Largest database dimension the server creates (a collection allocates dimension-wide rows).
+MAX_DIMENSION = 65536
+#: Caps on config fields that multiply the cost of every read.
+CONFIG_CAPS = {"t_max": 1000, "k": 100_000}
+#: Longest collection name, in characters.
+MAX_COLLECTION_NAME = 128
+# Control characters (C0, DEL, C1) and path separators (the store's rule; fallback only).
+_BAD_COLLECTION_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f/\\]")
+_NUMBER_TYPES = (float, int)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on what one request may ask for (flags of ``serve``)."""
+
+    max_body_bytes: int = 2 * 1024 * 1024
+    max_batch: int = 1000
+    request_timeout: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.max_body_bytes < 1:
+            raise ValueError(f"max_body_bytes: expected an integer >= 1, got {self.max_body_bytes!r}")
+        if self.max_batch < 1:
+            raise ValueError(f"max_batch: expected an integer >= 1, got {self.max_batch!r}")
+        if not self.request_timeout > 0:
+            raise ValueError(f"request_timeout: expected seconds > 0, got {self.request_timeout!r}")
+
+
+def bad(message: str) -> HTTPError:
+    return HTTPError(400, message)
+
+
+# -- names -------------------------------------------------------------------------------
+
+def check_db_name(name: str) -> str:
+    if not DB_NAME.fullmatch(name):
+        raise bad(f"database name: expected [a-z][a-z0-9_-]{{0,62}}, got {name[:80]!r}")
+    return name
+
+
+def check_collection_name(name: Any) -> str:
+    """The store's own rule (one rule for every entry point), as a 400."""
+    try:
+        from hopmem.store.names import check_collection_name as store_check
+    except ImportError:  # pragma: no cover - the store ships with hopmem
+        store_check = _check_collection_name
+    try:
+        return store_check(name)
+    except ValueError as exc:  # InvalidInput
+        raise bad(str(exc)) from None
+
+
+def _check_collection_name(name: Any) -> str:
+    if not isinstance(name, str):
+        raise bad(f"collection name: expected a string, got {_kind(name)}")
+    if not name or len(name) > MAX_COLLECTION_NAME:
+        raise bad(f"collection name: expected 1 to {MAX_COLLECTION_NAME} characters, "
+                  f"got {len(name)}")
+    if name in (".", "..") or name.strip() != name:
+        raise bad(f"collection name: {name!r} is not allowed (no '.', '..', or "
+                  "leading/trailing whitespace)")
+    m = _BAD_COLLECTION_CHARS.search(name)
+    if m:
+        raise bad(f"collection name: no control characters or path separators allowed, "
+                  f"got {m.group()!r} at position {m.start()}")
+    return name
+
+
+# -- bodies --------------------------------------------------------------------------------
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return f"the number {value!r}"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def parse_body(raw: bytes, *, required: bool = True) -> dict[str, Any]:
+    """The request body as a JSON object (an empty body is ``{}`` when not required)."""
+    if not raw.strip():
+        if required:
+            raise bad("request body: expected a JSON object, got an empty body")
+        return {}
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise bad(f"request body: invalid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise bad(f"request body: expected a JSON object, got {_kind(data)}")
+    return data
+
+
+_MISSING = object()
+
+
+def field(body: dict[str, Any], name: str, default: Any = _MISSING) -> Any:
+    value = body.get(name, _MISSING)
+    if value is _MISSING or (value is None and default is not _MISSING):
+        if default is _MISSING:
+            raise bad(f"{name}: required field is missing")
+        return default
+    return value
+
+
+def _check_numbers(row: Any, name: str) -> list:
+    if not isinstance(row, list):
+        raise bad(f"{name}: expected an array of numbers, got {_kind(row)}")
+    if not row:
+        raise bad(f"{name}: expected a non-empty array of numbers")
+    # One pass over the element types; bool is an int subclass and must not pass.
+    types = set(map(type, row))
+    if not types.issubset(_NUMBER_TYPES):
+        for i, x in enumerate(row):
+            if type(x) not in _NUMBER_TYPES:
+                raise bad(f"{name}[{i}]: expected a number, got {_kind(x)}")
+    return row
+
+
+def _check_dim(row: list, dim: int | None, name: str) -> None:
+    if dim is not None and len(row) != dim:
+        raise HTTPError(400, f"dimension mismatch: expected {dim}, got {len(row)}")
+
+
+def vector(body: dict[str, Any], name: str, dim: int | None) -> list:
+    """One vector: a non-empty array of numbers of the database's dimension."""
+    row = _check_numbers(field(body, name), name)
+    _check_dim(row, dim, name)
+    return row
+
+
+def vectors(body: dict[str, Any], name: str, dim: int | None, max_batch: int) -> list[list]:
+    """A batch: a non-empty array of vectors, at most ``max_batch`` of them."""
+    rows = field(body, name)
+    if not isinstance(rows, list):
+        raise bad(f"{name}: expected an array of vectors, got {_kind(rows)}")
+    if not rows:
+        raise bad(f"{name}: expected at least one vector")
+    if len(rows) > max_batch:
+        raise bad(f"{name}: at most {max_batch} per request (the batch cap), got {len(rows)}")
+    for i, row in enumerate(rows):
+        _check_numbers(row, f"{name}[{i}]")
+        _check_dim(row, dim, f"{name}[{i}]")
+    return rows
+
+
+def metadata_list(body: dict[str, Any], count: int) -> list | None:
+    meta = body.get("metadata")
+    if meta is None:
+        return None
+    if not isinstance(meta, list):
+        raise bad(f"metadata: expected an array with one JSON value per vector, got {_kind(meta)}")
+    if len(meta) != count:
+        raise bad(f"metadata: expected {count} item(s), one per vector, got {len(meta)}")
+    return meta
+
+
+def strategy(body: dict[str, Any]) -> str:
+    value = field(body, "strategy", "iterative")
+    if value not in STRATEGIES:
+        raise bad(f"unknown strategy: expected 'iterative' or 'fast', got {value!r}"
+                  if isinstance(value, str) else
+                  f"strategy: expected 'iterative' or 'fast', got {_kind(value)}")
+    return value
+
+
+def optional_int(body: dict[str, Any], name: str, default: int | None, *, minimum: int = 1,
+                 maximum: int | None = None) -> int | None:
+    value = field(body, name, default)
+    if value is None:
+        return None
+    if type(value) is float and value.is_integer():
+        value = int(value)
+    if type(value) is not int:
+        raise bad(f"{name}: expected an integer, got {_kind(value)}")
+    if value < minimum or (maximum is not None and value > maximum):
+        upper = f" and <= {maximum}" if maximum is not None else ""
+        raise bad(f"{name}: expected an integer >= {minimum}{upper}, got {value}")
+    return value
+
+
+def optional_number(body: dict[str, Any], name: str, default: float | None) -> float | None:
+    value = field(body, name, default)
+    if value is None:
+        return None
+    if type(value) not in _NUMBER_TYPES:
+        raise bad(f"{name}: expected a number, got {_kind(value)}")
+    return float(value)
+
+
+def text(body: dict[str, Any], name: str) -> str:
+    value = field(body, name)
+    if not isinstance(value, str):
+        raise bad(f"{name}: expected a string, got {_kind(value)}")
+    return value
+
+
+def texts(body: dict[str, Any], name: str, max_batch: int, *, allow_empty: bool = False) -> list[str]:
+    value = field(body, name)
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list):
+        raise bad(f"{name}: expected an array of strings, got {_kind(value)}")
+    if not value and not allow_empty:
+        raise bad(f"{name}: expected at least one string")
+    if len(value) > max_batch:
+        raise bad(f"{name}: at most {max_batch} per request (the batch cap), got {len(value)}")
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise bad(f"{name}[{i}]: expected a string, got {_kind(item)}")
+    return value
+
+
+# -- query strings and path ids ------------------------------------------------------------
+
+def query_int(params: Any, name: str, default: int, *, minimum: int, maximum: int) -> int:
+    raw = params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw, 10)
+    except ValueError:
+        raise bad(f"{name}: expected an integer, got {raw[:40]!r}") from None
+    if not minimum <= value <= maximum:
+        raise bad(f"{name}: expected an integer in [{minimum}, {maximum}], got {value}")
+    return value
+
+
+_TRUE = ("true", "1", "yes")
+_FALSE = ("false", "0", "no", "")
+
+
+def query_bool(params: Any, name: str) -> bool:
+    raw = params.get(name)
+    if raw is None:
+        return False
+    low = raw.lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise bad(f"{name}: expected true or false, got {raw[:40]!r}")
+
+
+def document_id(raw: str) -> int:
+    try:
+        value = int(raw, 10)
+    except ValueError:
+        raise bad(f"document id: expected an integer, got {raw[:40]!r}") from None
+    if not -(2**63) <= value < 2**63:
+        raise HTTPError(404, f"document {value} not found")
+    return value

@@ -1,0 +1,261 @@
+"""The server's runtime state: open databases and collections, locks, the thread pool.
+
+Engine and store calls run in worker threads (the kernel releases the GIL), so
+the event loop never waits on them. Concurrency rules:
+
+* any number of reads run at once (the memory's own readers-writer lock);
+* mutations of one collection (write, compress, document delete, drop,
+  remember, calibrate) are serialised here by an ``asyncio.Lock`` per
+  collection, so a queue of writers waits on the loop instead of holding
+  worker threads;
+* a mutation, once started, always runs to completion: it is never abandoned
+  on timeout or shutdown. Shutdown waits for the in-flight ones (``drain``).
+
+Opening databases and collections goes through one lock so that two requests
+never open two copies of the same one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from typing import Any, AsyncIterator, Callable, TypeVar
+
+import anyio
+import anyio.to_thread
+
+from hopmem.errors import NotFound
+
+from .auth import AuthPolicy
+from .errors import HTTPError
+from .models import Limits
+
+__all__ = ["ServerState", "DbHandle", "DEFAULT_DB", "as_dict"]
+
+logger = logging.getLogger("hopmem.server")
+
+DEFAULT_DB = "default"
+T = TypeVar("T")
+
+
+def as_dict(obj: Any) -> dict[str, Any]:
+    """A plain dict from a dict, a dataclass, or an object with ``to_dict``."""
+    if isinstance(obj, dict):
+        return obj
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+    return dict(vars(obj))
+
+
+class DbHandle:
+    """An open database and what the server caches about it."""
+
+    __slots__ = ("name", "db", "dimension", "collections", "text")
+
+    def __init__(self, name: str, db: Any, dimension: int | None) -> None:
+        self.name = name
+        self.db = db
+        self.dimension = dimension
+        self.collections: dict[str, Any] = {}
+        self.text: dict[str, Any] = {}
+
+
+class ServerState:
+    def __init__(self, datadir: Any, *, limits: Limits, policy: AuthPolicy,
+                 default_dimension: int | None, default_encoder: str | None = None,
+                 threads: int = 16,
+                 shutdown_timeout: float = 30.0) -> None:
+        self.datadir = datadir
+        self.limits = limits
+        self.policy = policy
+        self.default_dimension = default_dimension
+        self.default_encoder = default_encoder
+        self.threads = threads
+        self.shutdown_timeout = shutdown_timeout
+        self.dbs: dict[str, DbHandle] = {}
+        self._write_locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._open_lock: asyncio.Lock | None = None
+        self._limiter: anyio.CapacityLimiter | None = None
+        self._inflight = 0
+        self._idle: asyncio.Event | None = None
+        self.draining = False
+        self.started = False
+
+    # -- threads ---------------------------------------------------------------------------
+
+    @property
+    def limiter(self) -> anyio.CapacityLimiter:
+        if self._limiter is None:
+            self._limiter = anyio.CapacityLimiter(self.threads)
+        return self._limiter
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a read-only call in a worker thread, bounded by the request timeout.
+
+        On timeout the thread is abandoned (it finishes in the background and
+        changes nothing) and the client gets 503.
+        """
+        try:
+            with anyio.fail_after(self.limits.request_timeout):
+                return await anyio.to_thread.run_sync(fn, *args, abandon_on_cancel=True,
+                                                      limiter=self.limiter)
+        except TimeoutError:
+            raise HTTPError(503, f"request timed out after {self.limits.request_timeout:g} s",
+                            {"Retry-After": "1"}) from None
+
+    async def run_to_end(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a mutation in a worker thread; never abandoned once started."""
+        return await anyio.to_thread.run_sync(fn, *args, limiter=self.limiter)
+
+    # -- mutations ---------------------------------------------------------------------------
+
+    def _lock_for(self, db: str, collection: str) -> asyncio.Lock:
+        key = (db, collection)
+        lock = self._write_locks.get(key)
+        if lock is None:
+            lock = self._write_locks[key] = asyncio.Lock()
+        return lock
+
+    @contextlib.asynccontextmanager
+    async def mutating(self, db: str, collection: str) -> AsyncIterator[None]:
+        """One writer per collection; counted for graceful shutdown.
+
+        Waiting for the lock is bounded by the request timeout (503, nothing
+        done); once held, the mutation runs to completion.
+        """
+        if self.draining:
+            raise HTTPError(503, "server is shutting down", {"Retry-After": "1"})
+        lock = self._lock_for(db, collection)
+        try:
+            with anyio.fail_after(self.limits.request_timeout):
+                await lock.acquire()
+        except TimeoutError:
+            raise HTTPError(503, f"timed out after {self.limits.request_timeout:g} s waiting "
+                            f"for another write to collection {collection!r}",
+                            {"Retry-After": "1"}) from None
+        self._inflight += 1
+        if self._idle is not None:
+            self._idle.clear()
+        try:
+            yield
+        finally:
+            lock.release()
+            self._inflight -= 1
+            if self._inflight == 0 and self._idle is not None:
+                self._idle.set()
+
+    async def drain(self) -> None:
+        """Refuse new mutations and wait (bounded) for the in-flight ones to finish."""
+        self.draining = True
+        if self._inflight == 0:
+            return
+        self._idle = asyncio.Event()
+        logger.info("waiting for %d in-flight write(s) to finish", self._inflight)
+        try:
+            await asyncio.wait_for(self._idle.wait(), self.shutdown_timeout)
+        except asyncio.TimeoutError:  # pragma: no cover - only with a stuck store
+            logger.error("%d write(s) still running after %.0f s", self._inflight,
+                         self.shutdown_timeout)
+
+    # -- databases and collections ----------------------------------------------------------
+
+    @property
+    def open_lock(self) -> asyncio.Lock:
+        if self._open_lock is None:
+            self._open_lock = asyncio.Lock()
+        return self._open_lock
+
+    def _dimension_of(self, db: Any) -> int | None:
+        info = as_dict(db.info())
+        dim = info.get("dimension", info.get("dim"))
+        return int(dim) if dim is not None else None
+
+    async def database(self, name: str) -> DbHandle:
+        """The open database ``name``; 404 when it does not exist."""
+        handle = self.dbs.get(name)
+        if handle is not None:
+            return handle
+        async with self.open_lock:
+            handle = self.dbs.get(name)
+            if handle is None:
+                def open_() -> DbHandle:
+                    db = self.datadir.get(name)
+                    return DbHandle(name, db, self._dimension_of(db))
+                handle = await self.run_to_end(open_)
+                self.dbs[name] = handle
+        return handle
+
+    async def collection(self, handle: DbHandle, name: str, *, create: bool) -> Any:
+        """The collection ``name``: created when missing if ``create``, else 404."""
+        coll = handle.collections.get(name)
+        if coll is not None:
+            return coll
+        async with self.open_lock:
+            coll = handle.collections.get(name)
+            if coll is None:
+                fn = handle.db.collection if create else handle.db.get_collection
+                coll = await self.run_to_end(fn, name)
+                if self.dbs.get(handle.name) is handle:
+                    handle.collections[name] = coll
+        return coll
+
+    def forget_collection(self, handle: DbHandle, name: str) -> None:
+        handle.collections.pop(name, None)
+        handle.text.pop(name, None)
+
+    def forget_database(self, name: str) -> DbHandle | None:
+        for key in [k for k in self._write_locks if k[0] == name]:
+            if not self._write_locks[key].locked():
+                del self._write_locks[key]
+        return self.dbs.pop(name, None)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def ensure_default(self) -> None:
+        """Open (or create, with the configured dimension) the database ``default``."""
+        try:
+            db = self.datadir.get(DEFAULT_DB)
+        except NotFound:
+            if self.default_dimension is None:
+                raise RuntimeError(
+                    f"database {DEFAULT_DB!r} does not exist yet: pass --dimension (or set "
+                    "HOPMEM_DIMENSION) so it can be created") from None
+            encoder = None
+            if self.default_encoder is not None:
+                from .text_routes import make_encoder
+                try:
+                    encoder = make_encoder(self.default_encoder, self.default_dimension)
+                except HTTPError as exc:
+                    raise RuntimeError(exc.message) from None
+            db = self.datadir.create(DEFAULT_DB, self.default_dimension, encoder=encoder)
+            logger.info("created database %r with dimension %d", DEFAULT_DB,
+                        self.default_dimension)
+        dim = self._dimension_of(db)
+        if self.default_dimension is not None and dim is not None and dim != self.default_dimension:
+            raise RuntimeError(
+                f"database {DEFAULT_DB!r} has dimension {dim}, but dimension "
+                f"{self.default_dimension} was given: pass --dimension {dim} or use another "
+                "data directory")
+        self.dbs[DEFAULT_DB] = DbHandle(DEFAULT_DB, db, dim)
+
+    def close_all(self) -> None:
+        close_datadir = getattr(self.datadir, "close", None)
+        if close_datadir is not None:  # the store's DataDir closes every database it opened
+            try:
+                close_datadir()
+            except Exception:  # pragma: no cover - logged, shutdown goes on
+                logger.exception("closing the data directory failed")
+            self.dbs.clear()
+            return
+        for handle in list(self.dbs.values()):
+            close = getattr(handle.db, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception:  # pragma: no cover - logged, shutdown goes on
+                    logger.exception("closing database %r failed", handle.name)
+        self.dbs.clear()

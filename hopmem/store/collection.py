@@ -1,0 +1,663 @@
+"""A durable collection: a :class:`~hopmem.memory.Memory` whose writes are journaled.
+
+Everything a ``Memory`` offers is here (reads delegate to the in-memory memory
+and never touch the disk), plus documents and resolution. ``write`` returns only
+after its SQLite transaction committed; a batch, with or without metadata, is
+all or nothing. See :mod:`hopmem.store.database` for the design.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import threading
+import time
+import zlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..config import MemoryConfig
+from ..errors import InvalidInput, NotFound, StoreError
+from ..memory import (
+    AttentionResult,
+    CompressResult,
+    Memory,
+    Stats,
+    Strategy,
+    Trace,
+    WriteResult,
+    as_vectors,
+)
+from ..resolution import (
+    PostingIndex,
+    ResolveMode,
+    VectorIndex,
+    check_mode,
+    check_n,
+    resolve_exact,
+    resolve_indexed,
+)
+from .._state import Snapshot
+from . import _engine, journal
+from ._sqlite import map_errors
+from .documents import Document, DocumentHit, Documents
+from .schema import KIND_COMPRESS, KIND_WRITE
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .database import Database
+
+__all__ = ["Collection", "StoredWriteResult", "CollectionStats"]
+
+logger = logging.getLogger("hopmem.store")
+
+_WRITE_BW = 200e6   # bytes/s assumed for a checkpoint before one has been measured
+_READ_BW = 1e9      # bytes/s assumed for reading journal entries back
+
+
+@dataclass(frozen=True)
+class StoredWriteResult(WriteResult):
+    """A :class:`~hopmem.memory.WriteResult` that is on disk.
+
+    ``ids`` are the new documents' ids, in input order (``None`` for a write
+    without metadata: such a write creates no document). ``seq`` is the
+    journal entry that holds the write.
+    """
+
+    ids: list[int] | None = None
+    seq: int = 0
+
+
+@dataclass(frozen=True)
+class CollectionStats(Stats):
+    """The memory's :class:`~hopmem.memory.Stats` plus the number of live documents."""
+
+    documents: int = 0
+
+
+def _encode_metadata(metadata: Any, n: int, single: bool) -> list[str] | None:
+    if metadata is None:
+        return None
+    if single:
+        items = [metadata]
+    else:
+        if isinstance(metadata, (str, bytes, Mapping)) or not isinstance(metadata, Sequence):
+            raise InvalidInput(
+                f"metadata: expected a list of {n} JSON values (one per vector), got "
+                f"{type(metadata).__name__}")
+        items = list(metadata)
+        if len(items) != n:
+            raise InvalidInput(
+                f"metadata: expected {n} values (one per vector), got {len(items)}")
+    out = []
+    for i, item in enumerate(items):
+        try:
+            out.append(json.dumps(item, allow_nan=False, ensure_ascii=False,
+                                  separators=(",", ":")))
+        except (TypeError, ValueError) as exc:
+            where = "metadata" if single else f"metadata[{i}]"
+            raise InvalidInput(f"{where}: expected a JSON value, got {type(item).__name__} "
+                               f"({exc})") from None
+    return out
+
+
+def _opaque_json(value: Any, what: str) -> str | None:
+    if value is None:
+        return None
+    if hasattr(value, "to_dict") and not isinstance(value, Mapping):
+        value = value.to_dict()
+    if not isinstance(value, Mapping):
+        raise InvalidInput(f"{what}: expected a dict (or an object with to_dict()), got "
+                           f"{type(value).__name__}")
+    try:
+        return json.dumps(value, allow_nan=False, sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"{what}: expected a JSON-serialisable dict ({exc})") from None
+
+
+class Collection:
+    """One named memory in a database, durable, with documents.
+
+    Get one with :meth:`Database.collection`. Reads (``read``, ``analyze``,
+    ``attention``, ``fingerprint``, ``stats``, the location views) run on the
+    in-memory memory; ``write`` and ``compress`` are journaled and committed
+    before they return.
+
+    **A write without metadata creates no document**: it shapes the memory,
+    but no query or resolution can return it.
+    """
+
+    def __init__(self, db: "Database", cid: int, name: str, config: MemoryConfig,
+                 rebuilt: journal.Rebuilt, next_doc_id: int, doc_count: int,
+                 centering: Any, gate: Any) -> None:
+        self._db = db
+        self._cid = cid
+        self._name = name
+        self._config = config
+        self._memory: Memory = rebuilt.memory
+        self._seq = rebuilt.seq
+        self._replay_s = rebuilt.replay_seconds
+        self._bytes_since = rebuilt.replayed_vectors * config.dim * 4
+        self._vectors_since = rebuilt.replayed_vectors
+        self._checkpoint_s: float | None = None
+        self._next_doc_id = next_doc_id
+        self._doc_count = doc_count
+        self._centering = centering
+        self._gate = gate
+        self._wlock = threading.RLock()
+        self._index: VectorIndex | None = None          # loaded at the first query
+        self._posting_index: PostingIndex | None = None  # loaded with _index
+        self._deleted_since_compact = 0
+        self._dropped = False
+        self._closed = False
+        self._broken: str | None = None
+        self.documents = Documents(self)
+
+    @classmethod
+    def _create(cls, db: "Database", name: str, config: MemoryConfig) -> "Collection":
+        with db._transaction(f"create collection {name!r}") as conn:
+            cid = conn.execute(
+                "INSERT INTO collections (name, config, next_doc_id, created_at) "
+                "VALUES (?, ?, 1, ?)", (name, json.dumps(config.to_dict()), time.time())).lastrowid
+        rebuilt = journal.Rebuilt(Memory.from_config(config), 0, 0, 0, 0, 0.0)
+        logger.info("database %s: created collection %r", db.path, name)
+        return cls(db, int(cid), name, config, rebuilt, 1, 0, None, None)
+
+    # -- identity ---------------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def database(self) -> "Database":
+        return self._db
+
+    @property
+    def config(self) -> MemoryConfig:
+        return self._config
+
+    @property
+    def dim(self) -> int:
+        return self._config.dim
+
+    @property
+    def seq(self) -> int:
+        """The number of journal entries (writes and compressions) committed."""
+        return self._seq
+
+    @property
+    def backend(self) -> str:
+        return self._memory.backend
+
+    def __repr__(self) -> str:
+        return (f"Collection({self._name!r}, dim={self.dim}, mode={self._config.mode!r}, "
+                f"locations={len(self._memory)}, documents={self._doc_count})")
+
+    def _where(self) -> str:
+        return f"collection {self._name!r} of {self._db.path}"
+
+    def _check_usable(self) -> Memory:
+        if self._dropped:
+            raise NotFound(f"collection {self._name!r} was dropped")
+        if self._closed:
+            raise StoreError(f"{self._where()}: the database is closed")
+        if self._broken is not None:
+            raise StoreError(self._broken)
+        return self._memory
+
+    def _check_writable(self, what: str) -> Memory:
+        memory = self._check_usable()
+        if self._db.readonly:
+            raise StoreError(f"{self._where()}: the database is open read-only, cannot {what}")
+        return memory
+
+    # -- reads: the memory's API ------------------------------------------------------------------
+
+    def read(self, query: Any, strategy: Strategy = "iterative") -> np.ndarray:
+        """See :meth:`Memory.read <hopmem.memory.Memory.read>`."""
+        return self._check_usable().read(query, strategy)
+
+    def analyze(self, query: Any, strategy: Strategy = "iterative") -> Trace | list[Trace]:
+        """See :meth:`Memory.analyze <hopmem.memory.Memory.analyze>`."""
+        return self._check_usable().analyze(query, strategy)
+
+    def attention(self, query: Any, scale: float) -> AttentionResult:
+        """See :meth:`Memory.attention <hopmem.memory.Memory.attention>`."""
+        return self._check_usable().attention(query, scale)
+
+    def fingerprint(self) -> np.ndarray | None:
+        """See :meth:`Memory.fingerprint <hopmem.memory.Memory.fingerprint>`."""
+        return self._check_usable().fingerprint()
+
+    def stats(self) -> CollectionStats:
+        """The memory's statistics plus ``documents`` (live documents)."""
+        base = self._check_usable().stats()
+        return CollectionStats(**base.to_dict(), documents=self._doc_count)
+
+    def snapshot(self) -> Snapshot:
+        """The memory's exact state (a copy)."""
+        return self._check_usable().snapshot()
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Not supported: a collection's state is defined by its journal.
+
+        Write vectors, or :meth:`Database.import_collection`, instead.
+        """
+        raise StoreError(
+            f"{self._where()}: restore() is not supported on a durable collection (its state is "
+            f"its journal); import a collection or write vectors instead")
+
+    @property
+    def ids(self) -> np.ndarray:
+        return self._check_usable().ids
+
+    @property
+    def addresses(self) -> np.ndarray:
+        return self._check_usable().addresses
+
+    @property
+    def counters(self) -> np.ndarray:
+        return self._check_usable().counters
+
+    @property
+    def weights(self) -> np.ndarray:
+        return self._check_usable().weights
+
+    @property
+    def patterns(self) -> np.ndarray:
+        return self._check_usable().patterns
+
+    def __len__(self) -> int:
+        return len(self._check_usable())
+
+    # -- writes -----------------------------------------------------------------------------------
+
+    def write(self, vectors: Any, metadata: Any = None) -> StoredWriteResult:
+        """Write one vector ``(d,)`` or a batch ``(n, d)``; returns once committed.
+
+        Parameters
+        ----------
+        vectors : array_like
+            ``(d,)`` or ``(n, d)``, finite.
+        metadata : optional
+            For a batch, a list of ``n`` JSON values (one per vector); for a
+            single ``(d,)`` vector, one JSON value. Each creates a document.
+            **Without metadata no document is created.**
+
+        Returns
+        -------
+        StoredWriteResult
+            ``count``, ``ids`` (document ids, or None), ``seq``, and the
+            touched / created locations and merges of the write.
+
+        Raises
+        ------
+        InvalidInput, DimensionMismatch
+            Bad vectors or metadata; nothing was written.
+        StoreError
+            The commit failed; nothing was written and the in-memory state
+            was restored from disk.
+        """
+        X, single = as_vectors(vectors, self.dim)
+        metas = _encode_metadata(metadata, X.shape[0], single)
+        n = int(X.shape[0])
+        with self._wlock:
+            memory = self._check_writable("write")
+            if n == 0:
+                return StoredWriteResult(0, [], [], [], ids=[] if metas is not None else None,
+                                         seq=self._seq)
+            blob = journal.vectors_blob(X)
+            crc = zlib.crc32(blob)
+            now = time.time()
+            seq = self._seq + 1
+            first_id = self._next_doc_id
+            with _engine.write_lock(memory):
+                t0 = time.perf_counter()
+                try:
+                    result = _engine.apply_write(memory, X)
+                except BaseException:
+                    self._recover_locked(seq)
+                    raise
+                engine_s = time.perf_counter() - t0
+                after = _engine.scalars(memory)
+                try:
+                    with self._db._transaction(f"write to {self._where()}") as conn:
+                        jid = conn.execute(
+                            "INSERT INTO journal (cid, seq, kind, n, vectors, arg, writes_after, "
+                            "next_id_after, size_after, eta_after, rng_after, crc, created_at) "
+                            "VALUES (?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?)",
+                            (self._cid, seq, KIND_WRITE, n, blob, after[0], after[1], after[2],
+                             after[3], journal.to_signed64(after[4]), crc, now)).lastrowid
+                        if metas is not None:
+                            postings = [result.postings(i) for i in range(n)]
+                            self._insert_documents(conn, jid, first_id, metas, now, postings)
+                        self._log_merges(conn, seq, result.merges)
+                except BaseException as exc:
+                    committed = self._recover_locked(seq)
+                    raise self._commit_error("write", exc, committed) from exc
+            self._seq = seq
+            self._replay_s += engine_s
+            self._bytes_since += len(blob)
+            self._vectors_since += n
+            ids = None
+            if metas is not None:
+                ids = list(range(first_id, first_id + n))
+                self._next_doc_id = first_id + n
+                self._doc_count += n
+                if self._index is not None:
+                    self._index.add(np.asarray(ids, np.int64), X)
+                if self._posting_index is not None:
+                    for doc, locs in zip(ids, postings):
+                        self._posting_index.add(doc, locs)
+            if result.merges and self._posting_index is not None:
+                self._posting_index.merge(result.merges)
+            self._maybe_checkpoint()
+        return StoredWriteResult(result.count, result.touched, result.created, result.merges,
+                                 ids=ids, seq=seq)
+
+    def _insert_documents(self, conn, jid: int, first_id: int, metas: list[str], now: float,
+                          postings: list[np.ndarray]) -> None:
+        cid = self._cid
+        conn.executemany(
+            "INSERT INTO documents (cid, doc_id, jid, pos, metadata, created_at, locations) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(cid, first_id + i, jid, i, m, now, np.asarray(postings[i], "<i8").tobytes())
+             for i, m in enumerate(metas)])
+        conn.execute("UPDATE collections SET next_doc_id = ? WHERE cid = ?",
+                     (first_id + len(metas), cid))
+
+    def _log_merges(self, conn, seq: int, merges: list[tuple[int, int]]) -> None:
+        """Record the entry's merges: postings written earlier resolve to the survivors."""
+        if merges:
+            conn.execute("INSERT INTO merges (cid, seq, pairs) VALUES (?, ?, ?)",
+                         (self._cid, seq, np.asarray(merges, "<i8").reshape(-1).tobytes()))
+
+    def _commit_error(self, what: str, exc: BaseException, committed: bool) -> BaseException:
+        if not isinstance(exc, Exception):
+            return exc  # KeyboardInterrupt and friends pass through (state already restored)
+        if committed:
+            return StoreError(
+                f"{what} to {self._where()} was committed, but finishing it failed ({exc}); the "
+                f"in-memory state was reloaded from disk and includes it")
+        return StoreError(
+            f"{what} to {self._where()} was not committed ({exc}); the in-memory state was "
+            f"restored from disk")
+
+    def _recover_locked(self, seq: int) -> bool:
+        """Rebuild the memory from disk in place; True if entry ``seq`` is on disk.
+
+        The caller holds ``_wlock`` and the memory's write lock (fast path).
+        """
+        where = self._where()
+        try:
+            with self._db._read_transaction(where) as conn:
+                rebuilt = journal.rebuild(conn, self._cid, self._config, where)
+                row = conn.execute("SELECT next_doc_id FROM collections WHERE cid = ?",
+                                   (self._cid,)).fetchone()
+                doc_count = conn.execute("SELECT count(*) FROM documents WHERE cid = ?",
+                                         (self._cid,)).fetchone()[0]
+            _engine.restore_locked(self._memory, rebuilt.memory.snapshot())
+        except Exception as exc:
+            self._broken = (f"{where}: unusable: the in-memory state could not be restored from "
+                            f"disk after a failed commit ({exc}); close and reopen the database")
+            logger.exception("%s: recovery failed", where)
+            return False
+        self._seq = rebuilt.seq
+        self._next_doc_id = int(row[0])
+        self._doc_count = int(doc_count)
+        self._index = None  # both reloaded lazily from disk
+        self._posting_index = None
+        self._replay_s += rebuilt.replay_seconds
+        logger.warning("%s: state restored from disk after a failed commit", where)
+        return rebuilt.seq >= seq
+
+    def compress(self, max_locations: int | None = None) -> CompressResult:
+        """See :meth:`Memory.compress <hopmem.memory.Memory.compress>`; journaled and committed.
+
+        Postings of merged locations are redirected to the survivors in the
+        same transaction, so documents stay findable in indexed mode.
+        """
+        with self._wlock:
+            memory = self._check_writable("compress")
+            seq = self._seq + 1
+            t0 = time.perf_counter()
+            result = _engine.apply_compress(memory, max_locations)  # validates; locks itself
+            engine_s = time.perf_counter() - t0
+            after = _engine.scalars(memory)
+            try:
+                with self._db._transaction(f"compress {self._where()}") as conn:
+                    conn.execute(
+                        "INSERT INTO journal (cid, seq, kind, n, vectors, arg, writes_after, "
+                        "next_id_after, size_after, eta_after, rng_after, crc, created_at) "
+                        "VALUES (?, ?, ?, 0, NULL, ?, ?, ?, ?, ?, ?, NULL, ?)",
+                        (self._cid, seq, KIND_COMPRESS,
+                         None if max_locations is None else int(max_locations),
+                         after[0], after[1], after[2], after[3], journal.to_signed64(after[4]),
+                         time.time()))
+                    self._log_merges(conn, seq, result.merges)
+            except BaseException as exc:
+                with _engine.write_lock(memory):
+                    committed = self._recover_locked(seq)
+                raise self._commit_error("compress", exc, committed) from exc
+            self._seq = seq
+            self._replay_s += engine_s
+            if result.merges and self._posting_index is not None:
+                self._posting_index.merge(result.merges)
+            self._maybe_checkpoint()
+        return result
+
+    # -- checkpoints --------------------------------------------------------------------------------
+
+    def checkpoint(self) -> None:
+        """Write a checkpoint now (a reopen then replays nothing)."""
+        with self._wlock:
+            self._check_writable("checkpoint")
+            self._checkpoint()
+
+    def _checkpoint(self) -> None:
+        snap = self._memory.snapshot()
+        t0 = time.perf_counter()
+        with self._db._transaction(f"checkpoint {self._where()}") as conn:
+            journal.save_checkpoint(conn, self._cid, self._seq, snap, self.dim)
+        self._checkpoint_s = time.perf_counter() - t0
+        self._replay_s = 0.0
+        self._bytes_since = 0
+        self._vectors_since = 0
+        logger.debug("%s: checkpoint at entry %d (%d locations) in %.3f s", self._where(),
+                     self._seq, snap.ids.shape[0], self._checkpoint_s)
+
+    def _maybe_checkpoint(self, *, after_open: bool = False, closing: bool = False) -> None:
+        """Checkpoint if a reopen would otherwise replay too much (see the database docs)."""
+        if self._dropped or self._broken is not None or self._db.readonly:
+            return
+        every = self._db._checkpoint_every
+        if every is not None:
+            due = self._vectors_since >= every or (closing and self._vectors_since > 0)
+        else:
+            replay = self._replay_s + self._bytes_since / _READ_BW
+            if closing:
+                due = replay >= 0.02
+            else:
+                cost = self._checkpoint_s
+                if cost is None:
+                    cost = len(self._memory) * (self.dim * 12 + 16) / _WRITE_BW
+                due = replay >= max(self._db._replay_budget, 2.0 * cost)
+        if not due:
+            return
+        try:
+            with self._wlock:
+                self._checkpoint()
+        except Exception:
+            # A checkpoint is a cache: the write that triggered it is committed.
+            logger.exception("%s: checkpoint failed (the journal is intact)", self._where())
+
+    # -- centering and gate (opaque JSON owned by the text layer) -----------------------------------
+
+    @property
+    def centering(self) -> dict[str, Any] | None:
+        """The persisted centering description (e.g. ``Centerer.to_dict()``), or None."""
+        return copy.deepcopy(self._centering)
+
+    @centering.setter
+    def centering(self, value: Any) -> None:
+        self._set_opaque("centering", value)
+
+    @property
+    def gate(self) -> dict[str, Any] | None:
+        """The persisted abstention gate description (e.g. ``Gate.to_dict()``), or None."""
+        return copy.deepcopy(self._gate)
+
+    @gate.setter
+    def gate(self, value: Any) -> None:
+        self._set_opaque("gate", value)
+
+    def _set_opaque(self, column: str, value: Any) -> None:
+        text = _opaque_json(value, column)
+        with self._wlock:
+            self._check_writable(f"set {column}")
+            with self._db._transaction(f"set {column} of {self._where()}") as conn:
+                conn.execute(f"UPDATE collections SET {column} = ? WHERE cid = ?",
+                             (text, self._cid))
+            setattr(self, f"_{column}", None if text is None else json.loads(text))
+
+    # -- documents (the Documents view calls these) -------------------------------------------------
+
+    def _doc_count_value(self) -> int:
+        self._check_usable()
+        return self._doc_count
+
+    def _read_vector(self, conn, jid: int, pos: int) -> np.ndarray:
+        size = 4 * self.dim
+        with conn.blobopen("journal", "vectors", jid, readonly=True) as blob:
+            blob.seek(pos * size)
+            data = blob.read(size)
+        if len(data) != size:
+            raise StoreError(f"{self._where()}: journal entry {jid} is too short for row {pos}")
+        return np.frombuffer(data, "<f4").astype(np.float32)
+
+    def _doc_get(self, doc_id: int, with_vector: bool) -> Document:
+        self._check_usable()
+        with map_errors(self._where()):
+            conn = self._db._reader()
+            row = conn.execute(
+                "SELECT jid, pos, metadata, created_at FROM documents WHERE cid = ? AND doc_id = ?",
+                (self._cid, doc_id)).fetchone()
+            if row is None:
+                raise NotFound(f"document {doc_id} not found in collection {self._name!r}")
+            jid, pos, meta, created = row
+            vector = self._read_vector(conn, jid, pos) if with_vector else None
+        return Document(doc_id, json.loads(meta), float(created), vector)
+
+    def _doc_list(self, offset: int, limit: int, vectors: bool) -> list[Document]:
+        self._check_usable()
+        with map_errors(self._where()):
+            conn = self._db._reader()
+            rows = conn.execute(
+                "SELECT doc_id, jid, pos, metadata, created_at FROM documents WHERE cid = ? "
+                "ORDER BY doc_id LIMIT ? OFFSET ?", (self._cid, limit, offset)).fetchall()
+            return [Document(d, json.loads(m), float(t),
+                             self._read_vector(conn, j, p) if vectors else None)
+                    for d, j, p, m, t in rows]
+
+    def _doc_delete(self, doc_id: int) -> bool:
+        with self._wlock:
+            self._check_writable("delete documents")
+            with self._db._transaction(f"delete document {doc_id} of {self._where()}") as conn:
+                deleted = conn.execute("DELETE FROM documents WHERE cid = ? AND doc_id = ?",
+                                       (self._cid, doc_id)).rowcount
+            if deleted:
+                self._doc_count -= 1
+                if self._index is not None:
+                    self._index.remove(doc_id)
+                    # Posting lists drop deleted documents lazily (queries filter them
+                    # against the live set); compact once a quarter of them is dead.
+                    self._deleted_since_compact += 1
+                    if self._posting_index is not None and \
+                            self._deleted_since_compact > max(1024, self._doc_count // 4):
+                        self._posting_index.compact(self._index.alive)
+                        self._deleted_since_compact = 0
+        return bool(deleted)
+
+    def _postings(self, locations: np.ndarray) -> np.ndarray:
+        index = self._posting_index
+        if index is None:  # pragma: no cover - _ensure_index ran first
+            return np.zeros(0, np.int64)
+        return index.documents(locations)
+
+    def _ensure_index(self) -> VectorIndex:
+        index = self._index
+        if index is not None and self._posting_index is not None:
+            return index
+        with self._wlock:  # writers wait while the indexes load, so none is missed
+            if self._index is None or self._posting_index is None:
+                self._index, self._posting_index = self._load_indexes()
+                self._deleted_since_compact = 0
+            return self._index
+
+    def _load_indexes(self) -> tuple[VectorIndex, PostingIndex]:
+        """The documents' unit vectors and the location -> documents index, from disk."""
+        where = self._where()
+        dim = self.dim
+        with self._db._read_transaction(where) as conn:
+            rows = conn.execute(
+                "SELECT doc_id, jid, pos, locations FROM documents WHERE cid = ? ORDER BY doc_id",
+                (self._cid,)).fetchall()
+            merges = [np.frombuffer(b, "<i8") for (b,) in conn.execute(
+                "SELECT pairs FROM merges WHERE cid = ? ORDER BY seq", (self._cid,))]
+            meta = np.asarray([r[:3] for r in rows], np.int64).reshape(-1, 3)
+            vectors = np.zeros((meta.shape[0], dim), np.float32)
+            if meta.shape[0]:
+                order = np.argsort(meta[:, 1], kind="stable")
+                bounds = np.flatnonzero(np.diff(meta[order, 1])) + 1
+                for group in np.split(order, bounds):
+                    jid = int(meta[group[0], 1])
+                    n, blob = conn.execute("SELECT n, vectors FROM journal WHERE jid = ?",
+                                           (jid,)).fetchone()
+                    X = journal.vectors_from_blob(blob, n, dim, f"{where}: journal row {jid}")
+                    vectors[group] = X[meta[group, 2]]
+        lists = [np.frombuffer(r[3] or b"", "<i8") for r in rows]
+        lengths = np.fromiter((a.size for a in lists), np.int64, len(lists))
+        flat = np.concatenate(lists) if lists else np.zeros(0, np.int64)
+        pairs = np.concatenate(merges) if merges else np.zeros(0, np.int64)
+        index = VectorIndex(dim, capacity=max(1024, meta.shape[0]))
+        index.add(meta[:, 0], vectors)
+        return index, PostingIndex.build(meta[:, 0], lengths, flat, pairs)
+
+    def _doc_query(self, vector: Any, n: int, mode: str) -> list[DocumentHit]:
+        memory = self._check_usable()
+        check_mode(mode)
+        n = check_n(n)
+        as_vectors(vector, self.dim, "vector")  # validate before loading anything
+        index = self._ensure_index()
+        if mode == "exact":
+            ids, sims = resolve_exact(index, vector, n)
+        else:
+            ids, sims = resolve_indexed(memory, index, vector, self._postings, n)
+        if ids.size == 0:
+            return []
+        with map_errors(self._where()):
+            marks = ",".join("?" * ids.size)
+            meta = dict(self._db._reader().execute(
+                f"SELECT doc_id, metadata FROM documents WHERE cid = ? AND doc_id IN ({marks})",
+                (self._cid, *ids.tolist())).fetchall())
+        return [DocumentHit(int(i), float(s), json.loads(meta[i]))
+                for i, s in zip(ids.tolist(), sims.tolist()) if i in meta]
+
+    def resolve(self, vector: Any, n: int = 10, mode: ResolveMode = "exact") -> list[DocumentHit]:
+        """Documents for a vector, usually a reconstruction (``read``'s result).
+
+        Same as ``documents.query`` with exact mode by default: the ``n``
+        documents whose stored vectors are most similar (cosine) to ``vector``.
+        """
+        return self._doc_query(vector, n, mode)
+
+    # -- portability ---------------------------------------------------------------------------------
+
+    def export(self, path: Any, *, progress: Any = None) -> dict[str, Any]:
+        """Write this collection to a portable file (see :mod:`hopmem.store.portable`)."""
+        from .portable import export_collection
+        return export_collection(self._db, self._name, path, progress=progress)

@@ -1,0 +1,206 @@
+"""Journal entries, checkpoints and the deterministic replay that rebuilds a memory.
+
+The state of a collection is a pure function of its config and its journal
+(the kernel is deterministic), so the journal of input vectors is the source of
+truth and a checkpoint is only a cache of the state after entry ``seq``.
+Rebuilding = load the latest checkpoint (CRC-checked), then replay the entries
+after it in order, checking each entry's CRC and, after applying it, that the
+memory's scalars (writes, next id, number of locations, eta, generator state)
+equal the ones recorded when the entry was first written. Any difference is a
+:class:`~hopmem.errors.CorruptStore` naming the entry.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._state import Snapshot
+from ..config import MemoryConfig
+from ..errors import CorruptStore
+from ..memory import Memory
+from . import _engine
+from .schema import KIND_COMPRESS, KIND_WRITE
+
+__all__ = ["to_signed64", "to_unsigned64", "vectors_blob", "vectors_from_blob",
+           "save_checkpoint", "load_checkpoint", "Rebuilt", "rebuild", "CHECKPOINT_PART_BYTES"]
+
+_MASK64 = (1 << 64) - 1
+#: Upper bound of one checkpoint part's bytes (SQLite caps a blob at 1 GB).
+CHECKPOINT_PART_BYTES = 32 << 20
+
+
+def to_signed64(value: int) -> int:
+    """A uint64 as the int64 SQLite can store."""
+    value &= _MASK64
+    return value - (1 << 64) if value >= (1 << 63) else value
+
+
+def to_unsigned64(value: int) -> int:
+    return int(value) & _MASK64
+
+
+def vectors_blob(X: np.ndarray) -> bytes:
+    """Little-endian float32 row-major bytes of a ``(n, d)`` batch."""
+    return np.ascontiguousarray(X, dtype="<f4").tobytes()
+
+
+def vectors_from_blob(blob: bytes, n: int, dim: int, where: str) -> np.ndarray:
+    if blob is None or len(blob) != 4 * n * dim:
+        got = "nothing" if blob is None else f"{len(blob)} bytes"
+        raise CorruptStore(f"{where}: expected {4 * n * dim} bytes of vectors "
+                           f"({n} x {dim} float32), got {got}")
+    return np.frombuffer(blob, dtype="<f4").astype(np.float32).reshape(n, dim)
+
+
+# -- checkpoints ------------------------------------------------------------------------------
+
+def save_checkpoint(conn: sqlite3.Connection, cid: int, seq: int, snap: Snapshot,
+                    dim: int) -> int:
+    """Replace collection ``cid``'s checkpoint with ``snap`` (state after ``seq``).
+
+    The caller owns the transaction. Returns the bytes written.
+    """
+    size = int(snap.ids.shape[0])
+    rows_per_part = max(1, CHECKPOINT_PART_BYTES // (dim * 12 + 16))
+    conn.execute("DELETE FROM checkpoint_parts WHERE cid = ?", (cid,))
+    crc = 0
+    total = 0
+    starts = list(range(0, size, rows_per_part)) or [0]
+    for part, start in enumerate(starts):
+        stop = min(size, start + rows_per_part)
+        blobs = (
+            np.ascontiguousarray(snap.ids[start:stop], dtype="<i8").tobytes(),
+            np.ascontiguousarray(snap.addresses[start:stop], dtype="<f4").tobytes(),
+            np.ascontiguousarray(snap.counters[start:stop], dtype="<f8").tobytes(),
+            np.ascontiguousarray(snap.weights[start:stop], dtype="<f8").tobytes(),
+        )
+        for b in blobs:
+            crc = zlib.crc32(b, crc)
+            total += len(b)
+        conn.execute("INSERT INTO checkpoint_parts (cid, part, ids, addresses, counters, weights)"
+                     " VALUES (?, ?, ?, ?, ?, ?)", (cid, part, *blobs))
+    conn.execute(
+        "INSERT OR REPLACE INTO checkpoints (cid, seq, size, eta, writes, next_id, rng, parts, "
+        "crc, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (cid, seq, size, float(snap.eta), int(snap.writes), int(snap.next_id),
+         to_signed64(snap.rng), len(starts), crc, time.time()))
+    return total
+
+
+def load_checkpoint(conn: sqlite3.Connection, cid: int, dim: int,
+                    where: str) -> tuple[int, Snapshot] | None:
+    """The latest checkpoint of ``cid`` as ``(seq, snapshot)``, or None."""
+    row = conn.execute(
+        "SELECT seq, size, eta, writes, next_id, rng, parts, crc FROM checkpoints WHERE cid = ?",
+        (cid,)).fetchone()
+    if row is None:
+        return None
+    seq, size, eta, writes, next_id, rng, parts, crc_expected = row
+    ids, addresses, counters, weights = [], [], [], []
+    crc = 0
+    count = 0
+    for part, b_ids, b_addr, b_cnt, b_w in conn.execute(
+            "SELECT part, ids, addresses, counters, weights FROM checkpoint_parts "
+            "WHERE cid = ? ORDER BY part", (cid,)):
+        if part != count:
+            raise CorruptStore(f"{where}: checkpoint part {count} is missing")
+        count += 1
+        for b in (b_ids, b_addr, b_cnt, b_w):
+            crc = zlib.crc32(b, crc)
+        n = len(b_ids) // 8
+        if len(b_ids) != 8 * n or len(b_addr) != 4 * n * dim or len(b_cnt) != 8 * n * dim \
+                or len(b_w) != 8 * n:
+            raise CorruptStore(f"{where}: checkpoint part {part} has inconsistent sizes")
+        ids.append(np.frombuffer(b_ids, "<i8"))
+        addresses.append(np.frombuffer(b_addr, "<f4").reshape(n, dim))
+        counters.append(np.frombuffer(b_cnt, "<f8").reshape(n, dim))
+        weights.append(np.frombuffer(b_w, "<f8"))
+    if count != parts:
+        raise CorruptStore(f"{where}: checkpoint has {count} of its {parts} parts")
+    if crc_expected is not None and crc != crc_expected:
+        raise CorruptStore(f"{where}: checkpoint at entry {seq} fails its CRC check")
+    snap = Snapshot(
+        ids=np.concatenate(ids).astype(np.int64),
+        addresses=np.concatenate(addresses).astype(np.float32),
+        counters=np.concatenate(counters).astype(np.float64),
+        weights=np.concatenate(weights).astype(np.float64),
+        eta=float(eta), writes=int(writes), next_id=int(next_id), rng=to_unsigned64(rng))
+    if snap.ids.shape[0] != size:
+        raise CorruptStore(f"{where}: checkpoint holds {snap.ids.shape[0]} locations, "
+                           f"recorded {size}")
+    return int(seq), snap
+
+
+# -- replay ------------------------------------------------------------------------------------
+
+@dataclass
+class Rebuilt:
+    """A memory rebuilt from disk and what it took."""
+
+    memory: Memory
+    seq: int                 # last journal entry applied
+    checkpoint_seq: int      # entry the checkpoint covered (0: none)
+    replayed_entries: int
+    replayed_vectors: int
+    replay_seconds: float    # engine time spent replaying (what a checkpoint would save)
+
+
+def check_after(where: str, seq: int, got: _engine.Scalars, row: tuple) -> None:
+    writes, next_id, size, eta, rng = row
+    expected = (int(writes), int(next_id), int(size), float(eta), to_unsigned64(rng))
+    got = (got[0], got[1], got[2], got[3], to_unsigned64(got[4]))
+    if got != expected:
+        names = ("writes", "next_id", "locations", "eta", "rng")
+        diff = ", ".join(f"{k} {g!r} (recorded {e!r})"
+                         for k, g, e in zip(names, got, expected) if g != e)
+        raise CorruptStore(
+            f"{where}: replaying journal entry {seq} gave {diff}; the file is damaged or was "
+            f"written by an incompatible build of the kernel")
+
+
+def rebuild(conn: sqlite3.Connection, cid: int, config: MemoryConfig, where: str,
+            backend: str = "native") -> Rebuilt:
+    """Checkpoint + journal replay, verified; the caller holds a read transaction."""
+    dim = config.dim
+    loaded = load_checkpoint(conn, cid, dim, where)
+    if loaded is None:
+        ckpt_seq, memory = 0, Memory.from_config(config, backend=backend)  # type: ignore[arg-type]
+    else:
+        ckpt_seq, snap = loaded
+        try:
+            memory = Memory.from_config(config, snap, backend=backend)  # type: ignore[arg-type]
+        except ValueError as exc:
+            raise CorruptStore(f"{where}: checkpoint does not fit the config: {exc}") from exc
+    seq = ckpt_seq
+    entries = vectors = 0
+    engine_s = 0.0
+    cursor = conn.execute(
+        "SELECT seq, kind, n, vectors, arg, crc, writes_after, next_id_after, size_after, "
+        "eta_after, rng_after FROM journal WHERE cid = ? AND seq > ? ORDER BY seq",
+        (cid, ckpt_seq))
+    for row in cursor:
+        entry, kind, n, blob, arg, crc = row[:6]
+        if entry != seq + 1:
+            raise CorruptStore(f"{where}: journal entry {seq + 1} is missing (next is {entry})")
+        seq = entry
+        t0 = time.perf_counter()
+        if kind == KIND_WRITE:
+            if crc is not None and (blob is None or zlib.crc32(blob) != crc):
+                raise CorruptStore(f"{where}: journal entry {entry} fails its CRC check")
+            X = vectors_from_blob(blob, n, dim, f"{where}: journal entry {entry}")
+            with _engine.write_lock(memory):
+                _engine.apply_write(memory, X)
+            vectors += n
+        elif kind == KIND_COMPRESS:
+            _engine.apply_compress(memory, None if arg is None else int(arg))
+        else:
+            raise CorruptStore(f"{where}: journal entry {entry} has unknown kind {kind!r}")
+        engine_s += time.perf_counter() - t0
+        entries += 1
+        check_after(where, entry, _engine.scalars(memory), row[6:])
+    return Rebuilt(memory, seq, ckpt_seq, entries, vectors, engine_s)
