@@ -10,6 +10,7 @@ here and returned.
 import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport int64_t, int32_t, int8_t, uint64_t
+from scipy.linalg.cython_blas cimport sgemm
 
 cnp.import_array()
 
@@ -58,13 +59,34 @@ cdef extern from "hopmem_kernel.h" nogil:
     void hm_scan(const hm_state *s, const hm_config *c, const float *X, int64_t nq, float *out)
     int64_t hm_top_k(const float *values, int64_t n, int64_t k, int64_t *rows, float *top)
     int hm_write(hm_state *s, const hm_config *c, const float *X, int64_t m, hm_write_log *log)
+    double hm_score_error(int64_t dim, int half)
+    void hm_unit_rows(const float *X, int64_t n, int64_t dim, float *out)
     int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const float *dots,
-                    int fast_only, float *result, float *fast_result, int64_t *rows,
+                    double dots_error, int fast_only, float *result, float *fast_result, int64_t *rows,
                     double *sims, double *weights, int32_t *iterations, int8_t *converged)
     int64_t hm_attention(const hm_state *s, const hm_config *c, const float *q, double scale,
                          float *result, int64_t *rows, double *sims, double *weights)
     int64_t hm_merge(hm_state *s, int64_t bound, double tau, int64_t *merges,
                      int64_t max_merges)
+
+
+cdef void _batch_scores(const hm_state *s, const float *Q, int64_t nq, float *out,
+                        float *unit) noexcept nogil:
+    """out[q * L + j] = dot(Q[q], a_j) for a block of queries, by BLAS sgemm.
+
+    A batch is where a matrix product pays: BLAS keeps a tile of the address
+    matrix in registers for many queries at once (the single-query scan cannot).
+    Its summation order differs from the kernel's scan, so batched scores can
+    differ from single-query scores in the last bits. Row-major out (nq, L) is
+    column-major (L, nq) = A Q^T.
+    """
+    cdef char transa = b'T', transb = b'N'
+    cdef int m = <int>s.size, n = <int>nq, k = <int>s.dim
+    cdef int lda = <int>s.dim, ldb = <int>s.dim, ldc = <int>s.size
+    cdef float alpha = 1.0, beta = 0.0
+    hm_unit_rows(Q, nq, s.dim, unit)  # queries are scored as unit vectors
+    sgemm(&transa, &transb, &m, &n, &k, &alpha, s.addresses, &lda, unit, &ldb,
+          &beta, out, &ldc)
 
 
 # Write in chunks so that the capacity reserved ahead (2 rows per vector) stays small.
@@ -207,25 +229,27 @@ def read(state, cfg, const float[:, ::1] Q, bint fast_only):
     cdef double[:, ::1] sims_v = sims, w_v = weights
     cdef int32_t[::1] it_v = iterations
     cdef int8_t[::1] conv_v = converged
-    cdef float[:, ::1] dots_v
+    cdef float[:, ::1] dots_v, unit_v
+    cdef double blas_error = hm_score_error(d, 0)
     if nq == 0:
         return []
     if nq == 1:
         with nogil:
-            kk = hm_read(&s, &c, &Q[0, 0], NULL, fast_only, &res_v[0, 0], &fast_v[0, 0],
+            kk = hm_read(&s, &c, &Q[0, 0], NULL, 0.0, fast_only, &res_v[0, 0], &fast_v[0, 0],
                          &rows_v[0, 0], &sims_v[0, 0], &w_v[0, 0], &it_v[0], &conv_v[0])
         if kk < 0:
             _raise(kk, "read")
     else:
         dots = np.empty((min(READ_BLOCK, nq), L), dtype=np.float32)
         dots_v = dots
+        unit_v = np.empty((min(READ_BLOCK, nq), d), dtype=np.float32)
         with nogil:
             b = 0
             while b < nq:
                 nb = min(READ_BLOCK, nq - b)
-                hm_scan(&s, &c, &Q[b, 0], nb, &dots_v[0, 0])
+                _batch_scores(&s, &Q[b, 0], nb, &dots_v[0, 0], &unit_v[0, 0])
                 for q in range(nb):
-                    kk = hm_read(&s, &c, &Q[b + q, 0], &dots_v[q, 0], fast_only,
+                    kk = hm_read(&s, &c, &Q[b + q, 0], &dots_v[q, 0], blas_error, fast_only,
                                  &res_v[b + q, 0], &fast_v[b + q, 0], &rows_v[b + q, 0],
                                  &sims_v[b + q, 0], &w_v[b + q, 0], &it_v[b + q],
                                  &conv_v[b + q])
@@ -257,22 +281,24 @@ def read_results(state, cfg, const float[:, ::1] Q, bint fast_only):
     cdef float *fast = <float *>(sc + 3 * kmax)
     cdef int32_t it
     cdef int8_t conv
-    cdef float[:, ::1] dots_v
+    cdef float[:, ::1] dots_v, unit_v
+    cdef double blas_error = hm_score_error(d, 0)
     if nq == 0:
         return results
     if nq == 1:
         with nogil:
-            kk = hm_read(&s, &c, &Q[0, 0], NULL, fast_only, res, fast, rows, sims, weights,
+            kk = hm_read(&s, &c, &Q[0, 0], NULL, 0.0, fast_only, res, fast, rows, sims, weights,
                          &it, &conv)
     else:
         dots_v = np.empty((min(READ_BLOCK, nq), L), dtype=np.float32)
+        unit_v = np.empty((min(READ_BLOCK, nq), d), dtype=np.float32)
         with nogil:
             b = 0
             while b < nq and kk >= 0:
                 nb = min(READ_BLOCK, nq - b)
-                hm_scan(&s, &c, &Q[b, 0], nb, &dots_v[0, 0])
+                _batch_scores(&s, &Q[b, 0], nb, &dots_v[0, 0], &unit_v[0, 0])
                 for q in range(nb):
-                    kk = hm_read(&s, &c, &Q[b + q, 0], &dots_v[q, 0], fast_only,
+                    kk = hm_read(&s, &c, &Q[b + q, 0], &dots_v[q, 0], blas_error, fast_only,
                                  res + (b + q) * d, fast, rows, sims, weights, &it, &conv)
                     if kk < 0:
                         break

@@ -8,7 +8,9 @@ It is the only importer of the kernel.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any, Literal, Sequence
 
@@ -207,10 +209,16 @@ class _NativeEngine:
         return self._k.write(state, cfg, X)
 
     def read(self, state: State, cfg, Q: np.ndarray, strategy: str):
-        return self._k.read(state, cfg, Q, strategy == "fast")
+        if Q.shape[0] == 1:
+            return self._k.read(state, cfg, Q, strategy == "fast")
+        with _blas_threads():
+            return self._k.read(state, cfg, Q, strategy == "fast")
 
     def read_results(self, state: State, cfg, Q: np.ndarray, strategy: str):
-        return self._k.read_results(state, cfg, Q, strategy == "fast")
+        if Q.shape[0] == 1:
+            return self._k.read_results(state, cfg, Q, strategy == "fast")
+        with _blas_threads():
+            return self._k.read_results(state, cfg, Q, strategy == "fast")
 
     def attention(self, state, cfg, q, scale):
         return self._k.attention(state, cfg, q, scale)
@@ -220,6 +228,25 @@ class _NativeEngine:
 
     def merge_above(self, state, tau):
         return self._k.merge_above(state, tau)
+
+
+_BLAS_CONTROLLER = None
+
+
+def _blas_threads():
+    """Pin BLAS (used by batched reads only) to HOPMEM_BLAS_THREADS threads, default 1.
+
+    Thread pools are unpredictable on small shared machines; single-query reads
+    never touch BLAS. Set HOPMEM_BLAS_THREADS=0 to leave BLAS as configured.
+    """
+    global _BLAS_CONTROLLER
+    threads = int(os.environ.get("HOPMEM_BLAS_THREADS", "1"))
+    if threads <= 0:
+        return contextlib.nullcontext()
+    if _BLAS_CONTROLLER is None:
+        from threadpoolctl import ThreadpoolController
+        _BLAS_CONTROLLER = ThreadpoolController()
+    return _BLAS_CONTROLLER.limit(limits=threads, user_api="blas")
 
 
 _ENGINES: dict[str, Any] = {}

@@ -488,12 +488,98 @@ int64_t hm_merge(hm_state *s, int64_t bound, double tau, int64_t *merges, int64_
     return count;
 }
 
+/* ---- activation ------------------------------------------------------------ */
+/* Scores may be approximate: the half-precision scan (compact activation) or
+ * BLAS for a batch. Then every row whose approximate score lies within the
+ * proven error bound of the k-th best is re-scored exactly with dot1(), in row
+ * order, so the activated set, its order and its similarities are bit-equal to
+ * the exact scan's. The bound: a float32 dot product of length d, in any
+ * summation order, is off by at most ~d * 2^-24 * |q| * |a| (|a| <= 1 here),
+ * and rounding an address to half moves it by at most 2^-11 * |a|; both are
+ * doubled for safety. */
+
+double hm_score_error(int64_t dim, int half) {
+    return 4.0 * (double)dim * 5.9604644775390625e-08 + (half ? 2.0 * 4.8828125e-04 : 0.0);
+}
+
+typedef struct {
+    float *scores;    /* [capacity] */
+    int64_t *cand;    /* [capacity] */
+    float *vals;      /* [capacity] */
+    float *top;       /* [k] */
+    float *qhat;      /* [dim] */
+} act_scratch;
+
+static int act_alloc(act_scratch *a, int64_t rows, int64_t k, int64_t dim) {
+    size_t n = (size_t)(rows > 0 ? rows : 1), kk = (size_t)(k > 0 ? k : 1);
+    a->scores = (float *)malloc(n * sizeof(float));
+    a->cand = (int64_t *)malloc(n * sizeof(int64_t));
+    a->vals = (float *)malloc(n * sizeof(float));
+    a->top = (float *)malloc(kk * sizeof(float));
+    a->qhat = (float *)malloc((size_t)dim * sizeof(float));
+    return a->scores && a->cand && a->vals && a->top && a->qhat;
+}
+
+static void act_free(act_scratch *a) {
+    free(a->scores); free(a->cand); free(a->vals); free(a->top); free(a->qhat);
+}
+
+/* out = q / |q| rounded to float32 (zeros when |q| < TINY); returns |q|.
+ * Scores against a unit query are cosines in [-1, 1]: no float32 overflow
+ * for huge inputs, and a tiny query scores 0 everywhere as ALGORITHM.md says. */
+static double unit_query(const float *q, int64_t dim, float *out) {
+    double norm = fnorm(q, dim);
+    if (norm < HM_TINY) {
+        memset(out, 0, (size_t)dim * sizeof(float));
+    } else {
+        for (int64_t i = 0; i < dim; i++) out[i] = (float)((double)q[i] / norm);
+    }
+    return norm;
+}
+
+void hm_unit_rows(const float *X, int64_t n, int64_t dim, float *out) {
+    for (int64_t r = 0; r < n; r++) unit_query(X + r * dim, dim, out + r * dim);
+}
+
+/* Rows of the k best exact scores for q (ties to the lower row) and their
+ * cosine similarities. scores: precomputed scores for q with relative error
+ * bound scores_error (0 = exact), or NULL to scan here. */
+HM_INLINE int64_t activate(const hm_state *s, const hm_config *c, const float *q,
+                           const float *scores, double scores_error, int64_t *rows,
+                           double *sims, act_scratch *a) {
+    int64_t d = s->dim, L = s->size;
+    double qnorm = unit_query(q, d, a->qhat);
+    if (!scores) {
+        hm_scan(s, c, a->qhat, 1, a->scores);
+        scores = a->scores;
+        scores_error = (c->compact && s->addresses16) ? hm_score_error(d, 1) : 0.0;
+    }
+    int64_t kk = hm_top_k(scores, L, c->k, rows, a->top);
+    if (kk > 0 && scores_error > 0.0 && qnorm >= HM_TINY) {
+        double cut = (double)a->top[kk - 1] - scores_error;  /* |qhat| = 1 */
+        int64_t nc = 0;
+        for (int64_t j = 0; j < L; j++)
+            if ((double)scores[j] >= cut) a->cand[nc++] = j;
+        for (int64_t j = 0; j < nc; j++) {
+            const char *row = (const char *)(s->addresses + a->cand[j] * d);
+            for (int64_t b = 0; b < d * (int64_t)sizeof(float); b += 64) __builtin_prefetch(row + b);
+        }
+        for (int64_t j = 0; j < nc; j++)
+            a->vals[j] = dot1(s->addresses + a->cand[j] * d, d, a->qhat);
+        kk = hm_top_k(a->vals, nc, c->k, rows, a->top);
+        if (kk < 0) return kk;
+        for (int64_t j = 0; j < kk; j++) rows[j] = a->cand[rows[j]];
+    }
+    if (kk < 0) return kk;
+    for (int64_t j = 0; j < kk; j++) sims[j] = (double)a->top[j];
+    return kk;
+}
+
 /* ---- writes ------------------------------------------------------------------------ */
 
 typedef struct {
-    float *dots;      /* [capacity] */
+    act_scratch act;  /* activation buffers, [capacity] */
     int64_t *rows;    /* [k] */
-    float *top;       /* [k] */
     double *sims;     /* [k] */
     double *tmp_a;    /* [dim] */
     double *tmp_c;    /* [dim] */
@@ -515,9 +601,9 @@ HM_INLINE void write_competitive(hm_state *s, const hm_config *c, const float *x
     }
     for (int64_t i = 0; i < d; i++) w->x64[i] = (double)x[i];
     double xnorm = sqrt(ddot(w->x64, w->x64, d));
-    hm_dots(s->addresses, s->size, d, x, w->dots);
-    int64_t kk = hm_top_k(w->dots, s->size, c->k, w->rows, w->top);
-    for (int64_t j = 0; j < kk; j++) w->sims[j] = xnorm < HM_TINY ? 0.0 : (double)w->top[j] / xnorm;
+    /* The same activation as a read (compact or not, the set is exact). */
+    int64_t kk = activate(s, c, x, NULL, 0.0, w->rows, w->sims, &w->act);
+    (void)xnorm;
     double s_max = w->sims[0];
     int64_t winner_id = -1;
     if (s_max > HM_TINY) {
@@ -587,7 +673,7 @@ HM_INLINE void write_competitive(hm_state *s, const hm_config *c, const float *x
     if (c->max_locations > 0) {
         while (s->size > c->max_locations && s->size >= 2) {
             int64_t i, j;
-            closest_pair(s, w->dots, &i, &j);
+            closest_pair(s, w->act.scores, &i, &j);
             int64_t *m = log->merges + 3 * log->n_merges++;
             m[0] = vi;
             merge_rows(s, i, j, w->tmp_a, &m[1], &m[2]);
@@ -620,20 +706,18 @@ int hm_write(hm_state *s, const hm_config *c, const float *X, int64_t m, hm_writ
         return HM_OK;
     }
     write_scratch w;
-    size_t cap = (size_t)(s->capacity > 0 ? s->capacity : 1);
     size_t k = (size_t)(c->k < s->capacity ? c->k : s->capacity) + 1;
-    w.dots = (float *)malloc(cap * sizeof(float));
+    int ok = act_alloc(&w.act, s->capacity, (int64_t)k, d);
     w.rows = (int64_t *)malloc(k * sizeof(int64_t));
-    w.top = (float *)malloc(k * sizeof(float));
     w.sims = (double *)malloc(k * sizeof(double));
     w.tmp_a = (double *)malloc((size_t)d * 3 * sizeof(double));
-    int ok = w.dots && w.rows && w.top && w.sims && w.tmp_a;
+    ok = ok && w.rows && w.sims && w.tmp_a;
     if (ok) {
         w.tmp_c = w.tmp_a + d;
         w.x64 = w.tmp_a + 2 * d;
         for (int64_t vi = 0; vi < m; vi++) write_competitive(s, c, X + vi * d, vi, &w, log);
     }
-    free(w.dots); free(w.rows); free(w.top); free(w.sims); free(w.tmp_a);
+    act_free(&w.act); free(w.rows); free(w.sims); free(w.tmp_a);
     return ok ? HM_OK : HM_ERR_NOMEM;
 }
 
@@ -646,72 +730,21 @@ HM_INLINE void softmax_d(const double *x, int64_t n, double beta, double *out) {
     for (int64_t j = 0; j < n; j++) out[j] /= sum;
 }
 
-/* Activation shared by every read: rows and sims of the top k'.
- * scores: hm_scan() output for q (exact, or half-precision when compact), or
- * NULL to scan here. cand_rows/cand_vals: scratch of candidate_pool() entries. */
-HM_INLINE int64_t candidate_pool(const hm_state *s, const hm_config *c) {
-    int64_t k = c->k < s->size ? c->k : s->size;
-    int64_t pool = 2 * k > k + 16 ? 2 * k : k + 16;
-    return pool < s->size ? pool : s->size;
-}
-
-static int row_cmp(const void *a, const void *b) {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-HM_INLINE int64_t activate(const hm_state *s, const hm_config *c, const float *q,
-                           const float *scores, int64_t *rows, double *sims,
-                           float *scratch_dots, float *top, int64_t *cand_rows,
-                           float *cand_vals) {
-    int64_t d = s->dim;
-    if (!scores) { hm_scan(s, c, q, 1, scratch_dots); scores = scratch_dots; }
-    int64_t kk;
-    int64_t pool = candidate_pool(s, c);
-    if (c->compact && s->addresses16 && pool < s->size) {
-        /* Candidates by the half scan, then exact float32 scores for them, in
-         * row order so that the tie rule (lower row first) still holds. */
-        int64_t np = hm_top_k(scores, s->size, pool, cand_rows, cand_vals);
-        if (np < 0) return np;
-        qsort(cand_rows, (size_t)np, sizeof(int64_t), row_cmp);
-        /* The float32 rows were not scanned, so ask for them all before use. */
-        for (int64_t j = 0; j < np; j++) {
-            const char *row = (const char *)(s->addresses + cand_rows[j] * d);
-            for (int64_t b = 0; b < d * (int64_t)sizeof(float); b += 64) __builtin_prefetch(row + b);
-        }
-        for (int64_t j = 0; j < np; j++) cand_vals[j] = dot1(s->addresses + cand_rows[j] * d, d, q);
-        kk = hm_top_k(cand_vals, np, c->k, rows, top);
-        if (kk < 0) return kk;
-        for (int64_t j = 0; j < kk; j++) rows[j] = cand_rows[rows[j]];
-    } else {
-        kk = hm_top_k(scores, s->size, c->k, rows, top);
-        if (kk < 0) return kk;
-    }
-    double qnorm = fnorm(q, d);
-    for (int64_t j = 0; j < kk; j++) sims[j] = qnorm < HM_TINY ? 0.0 : (double)top[j] / qnorm;
-    return kk;
-}
-
 HM_CLONES
 int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const float *dots,
-                int fast_only, float *result, float *fast_result, int64_t *rows,
-                double *sims, double *weights, int32_t *iterations, int8_t *converged) {
+                double dots_error, int fast_only, float *result, float *fast_result,
+                int64_t *rows, double *sims, double *weights, int32_t *iterations,
+                int8_t *converged) {
     int64_t d = s->dim;
     int64_t kmax = c->k < s->size ? c->k : s->size;
-    int64_t pool = candidate_pool(s, c);
-    float *sd = dots ? NULL : (float *)malloc((size_t)s->size * sizeof(float));
-    float *top = (float *)malloc((size_t)(kmax + pool) * sizeof(float));
-    int64_t *cand = (int64_t *)malloc((size_t)(pool > 0 ? pool : 1) * sizeof(int64_t));
+    act_scratch a;
     double *buf = (double *)malloc((size_t)(kmax * d + 3 * d + kmax) * sizeof(double));
-    if ((!dots && !sd) || !top || !buf || !cand) {
-        free(sd); free(top); free(buf); free(cand);
-        return HM_ERR_NOMEM;
-    }
+    if (!act_alloc(&a, s->size, kmax, d) || !buf) { act_free(&a); free(buf); return HM_ERR_NOMEM; }
     double *units = buf, *acc = buf + kmax * d, *xi = acc + d, *nxt = xi + d, *s_it = nxt + d;
 
-    int64_t kk = activate(s, c, q, dots, rows, sims, sd, top, cand, top + kmax);
-    free(cand);
-    if (kk < 0) { free(sd); free(top); free(buf); return kk; }
+    int64_t kk = activate(s, c, q, dots, dots_error, rows, sims, &a);
+    act_free(&a);
+    if (kk < 0) { free(buf); return kk; }
 
     /* Fast read: softmax over the initial similarities, raw patterns. */
     softmax_d(sims, kk, c->beta, weights);
@@ -727,7 +760,7 @@ int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const flo
         memcpy(result, fast_result, (size_t)d * sizeof(float));
         *iterations = 1;
         *converged = 1;
-        free(sd); free(top); free(buf);
+        free(buf);
         return kk;
     }
 
@@ -761,7 +794,7 @@ int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const flo
     for (int64_t i = 0; i < d; i++) result[i] = (float)xi[i];
     *iterations = it;
     *converged = conv;
-    free(sd); free(top); free(buf);
+    free(buf);
     return kk;
 }
 
@@ -770,18 +803,12 @@ int64_t hm_attention(const hm_state *s, const hm_config *c, const float *q, doub
                      float *result, int64_t *rows, double *sims, double *weights) {
     int64_t d = s->dim;
     int64_t kmax = c->k < s->size ? c->k : s->size;
-    int64_t pool = candidate_pool(s, c);
-    float *sd = (float *)malloc((size_t)s->size * sizeof(float));
-    float *top = (float *)malloc((size_t)(kmax + pool) * sizeof(float));
-    int64_t *cand = (int64_t *)malloc((size_t)(pool > 0 ? pool : 1) * sizeof(int64_t));
+    act_scratch a;
     double *buf = (double *)malloc((size_t)(2 * d + kmax) * sizeof(double));
-    if (!sd || !top || !buf || !cand) {
-        free(sd); free(top); free(buf); free(cand);
-        return HM_ERR_NOMEM;
-    }
+    if (!act_alloc(&a, s->size, kmax, d) || !buf) { act_free(&a); free(buf); return HM_ERR_NOMEM; }
     double *q64 = buf, *acc = buf + d, *logits = acc + d;
-    int64_t kk = activate(s, c, q, NULL, rows, sims, sd, top, cand, top + kmax);
-    free(cand);
+    int64_t kk = activate(s, c, q, NULL, 0.0, rows, sims, &a);
+    act_free(&a);
     if (kk >= 0) {
         for (int64_t i = 0; i < d; i++) q64[i] = (double)q[i];
         for (int64_t j = 0; j < kk; j++) {
@@ -797,6 +824,6 @@ int64_t hm_attention(const hm_state *s, const hm_config *c, const float *q, doub
         }
         for (int64_t i = 0; i < d; i++) result[i] = (float)acc[i];
     }
-    free(sd); free(top); free(buf);
+    free(buf);
     return kk;
 }

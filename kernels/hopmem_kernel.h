@@ -6,8 +6,9 @@
  *
  * Conventions (shared with hopmem/_reference.py, the NumPy oracle):
  *   - rows are kept in ascending id order, so "lower id" == "lower row";
- *   - activation score of row j for x is dot(x, a_j) / |x| (addresses are unit
- *     or zero), computed with float32 lanes in one fixed order for every row;
+ *   - activation score of row j for x is dot(x / |x|, a_j) (addresses are unit
+ *     or zero; the unit query is rounded to float32 first), computed with
+ *     float32 lanes in one fixed order for every row;
  *     ranking: higher score first, ties to the lower row;
  *   - everything else is float64, rounded to float32 only when stored in an
  *     address or returned as a result.
@@ -92,11 +93,20 @@ int64_t hm_search(const float *A, int64_t n, int64_t dim, const float *x, int64_
 /* Write m vectors (row-major float32) in order. Needs capacity >= size + 2m. */
 int hm_write(hm_state *s, const hm_config *c, const float *X, int64_t m, hm_write_log *log);
 
-/* One read. dots: precomputed dot(a_j, q) for every row, or NULL to compute.
+/* out[r] = X[r] / |X[r]| rounded to float32 (zero rows stay zero): the form in
+ * which queries are scored, also for precomputed batch scores. */
+void hm_unit_rows(const float *X, int64_t n, int64_t dim, float *out);
+
+/* Relative error bound of approximate activation scores (see activate()). */
+double hm_score_error(int64_t dim, int half);
+
+/* One read. dots: precomputed scores dot(a_j, q) for every row with relative
+ * error bound dots_error (0 for exact; the candidates are then re-scored
+ * exactly, so the activation never differs), or NULL to compute.
  * Outputs sized k' = min(k, size): rows, sims, weights. result and fast_result: [dim].
  * Returns k', or HM_ERR_NOMEM. */
 int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const float *dots,
-                int fast_only, float *result, float *fast_result, int64_t *rows,
+                double dots_error, int fast_only, float *result, float *fast_result, int64_t *rows,
                 double *sims, double *weights, int32_t *iterations, int8_t *converged);
 
 /* Attention over the activated set; result [dim] not normalised. Returns k'. */
