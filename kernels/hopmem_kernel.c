@@ -303,6 +303,22 @@ HM_INLINE double fnorm(const float *a, int64_t dim) {
 }
 #endif
 
+/* y += f * x (x float32, y float64). */
+HM_INLINE void axpy_fd(double *y, double f, const float *x, int64_t dim) {
+#if defined(__GNUC__)
+    v4d fv = {f, f, f, f};
+    int64_t i = 0;
+    for (; i + 4 <= dim; i += 4) {
+        v4d yv = LDD(y + i);
+        yv += fv * LDF4(x + i);
+        memcpy(y + i, &yv, sizeof yv);
+    }
+    for (; i < dim; i++) y[i] += f * (double)x[i];
+#else
+    for (int64_t i = 0; i < dim; i++) y[i] += f * (double)x[i];
+#endif
+}
+
 /* v /= |v| in place unless |v| < TINY; returns the norm. */
 HM_INLINE double normalize_d(double *v, int64_t dim) {
     double norm = sqrt(ddot(v, v, dim));
@@ -321,11 +337,36 @@ HM_INLINE double cos_d(const double *a, const double *b, int64_t dim) {
 
 typedef struct { float v; int64_t r; } hm_pair;
 
-static int pair_cmp(const void *pa, const void *pb) {
-    const hm_pair *a = (const hm_pair *)pa, *b = (const hm_pair *)pb;
-    if (a->v > b->v) return -1;
-    if (a->v < b->v) return 1;
-    return (a->r > b->r) - (a->r < b->r);
+/* a before b: higher value first, then lower row. */
+HM_INLINE int pair_before(hm_pair a, hm_pair b) {
+    return a.v > b.v || (a.v == b.v && a.r < b.r);
+}
+
+/* Sort pairs best first: quicksort (median of three) down to short runs,
+ * then insertion sort; comparisons inline (qsort's callback is the cost). */
+static void sort_pairs(hm_pair *p, int64_t n) {
+    while (n > 24) {
+        int64_t mid = n / 2, last = n - 1;
+        if (pair_before(p[mid], p[0])) { hm_pair t = p[mid]; p[mid] = p[0]; p[0] = t; }
+        if (pair_before(p[last], p[0])) { hm_pair t = p[last]; p[last] = p[0]; p[0] = t; }
+        if (pair_before(p[last], p[mid])) { hm_pair t = p[last]; p[last] = p[mid]; p[mid] = t; }
+        hm_pair pivot = p[mid];
+        int64_t i = 0, j = last;
+        while (i <= j) {
+            while (pair_before(p[i], pivot)) i++;
+            while (pair_before(pivot, p[j])) j--;
+            if (i <= j) { hm_pair t = p[i]; p[i] = p[j]; p[j] = t; i++; j--; }
+        }
+        /* Recurse into the smaller side, loop on the larger. */
+        if (j + 1 < n - i) { sort_pairs(p, j + 1); p += i; n -= i; }
+        else { sort_pairs(p + i, n - i); n = j + 1; }
+    }
+    for (int64_t i = 1; i < n; i++) {
+        hm_pair x = p[i];
+        int64_t j = i;
+        while (j > 0 && pair_before(x, p[j - 1])) { p[j] = p[j - 1]; j--; }
+        p[j] = x;
+    }
 }
 
 int64_t hm_top_k(const float *values, int64_t n, int64_t k, int64_t *rows, float *top) {
@@ -336,7 +377,7 @@ int64_t hm_top_k(const float *values, int64_t n, int64_t k, int64_t *rows, float
         hm_pair *all = (hm_pair *)malloc((size_t)n * sizeof(hm_pair));
         if (!all) return HM_ERR_NOMEM;
         for (int64_t j = 0; j < n; j++) { all[j].v = values[j]; all[j].r = j; }
-        qsort(all, (size_t)n, sizeof(hm_pair), pair_cmp);
+        sort_pairs(all, n);
         for (int64_t j = 0; j < k; j++) { rows[j] = all[j].r; top[j] = all[j].v; }
         free(all);
         return k;
@@ -738,13 +779,20 @@ int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const flo
     int64_t d = s->dim;
     int64_t kmax = c->k < s->size ? c->k : s->size;
     act_scratch a;
-    double *buf = (double *)malloc((size_t)(kmax * d + 3 * d + kmax) * sizeof(double));
-    if (!act_alloc(&a, s->size, kmax, d) || !buf) { act_free(&a); free(buf); return HM_ERR_NOMEM; }
-    double *units = buf, *acc = buf + kmax * d, *xi = acc + d, *nxt = xi + d, *s_it = nxt + d;
+    double *buf = (double *)malloc((size_t)(3 * d + kmax) * sizeof(double));
+    /* Unit patterns in float32: half the bytes per iteration of float64 ones,
+     * which matters when k is large (the state still accumulates in float64). */
+    const float **units = (const float **)malloc((size_t)(kmax > 0 ? kmax : 1) * sizeof(float *));
+    float *own_units = (float *)malloc((size_t)(kmax > 0 ? kmax : 1) * (size_t)d * sizeof(float));
+    if (!act_alloc(&a, s->size, kmax, d) || !buf || !units || !own_units) {
+        act_free(&a); free(buf); free(units); free(own_units);
+        return HM_ERR_NOMEM;
+    }
+    double *acc = buf, *xi = acc + d, *nxt = xi + d, *s_it = nxt + d;
 
     int64_t kk = activate(s, c, q, dots, dots_error, rows, sims, &a);
     act_free(&a);
-    if (kk < 0) { free(buf); return kk; }
+    if (kk < 0) { free(buf); free(units); free(own_units); return kk; }
 
     /* Fast read: softmax over the initial similarities, raw patterns. */
     softmax_d(sims, kk, c->beta, weights);
@@ -760,15 +808,24 @@ int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const flo
         memcpy(result, fast_result, (size_t)d * sizeof(float));
         *iterations = 1;
         *converged = 1;
-        free(buf);
+        free(buf); free(units); free(own_units);
         return kk;
     }
 
-    /* Iterative read over the fixed set: unit patterns, state on the sphere. */
+    /* Iterative read over the fixed set: unit patterns, state on the sphere.
+     * A plain-mode location of weight 1 holds one input x: its address was
+     * made as float(normalize(x)), exactly its unit pattern, so it is reused. */
     for (int64_t j = 0; j < kk; j++) {
-        double *u = units + j * d;
-        memcpy(u, s->counters + rows[j] * d, (size_t)d * sizeof(double));
-        normalize_d(u, d);
+        int64_t row = rows[j];
+        if (!c->competitive && s->weights[row] == 1.0) {
+            units[j] = s->addresses + row * d;
+            continue;
+        }
+        memcpy(nxt, s->counters + row * d, (size_t)d * sizeof(double));
+        normalize_d(nxt, d);
+        float *u = own_units + j * d;
+        for (int64_t i = 0; i < d; i++) u[i] = (float)nxt[i];
+        units[j] = u;
     }
     for (int64_t i = 0; i < d; i++) xi[i] = (double)q[i];
     normalize_d(xi, d);
@@ -781,11 +838,7 @@ int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const flo
             s_it[j] = norm < HM_TINY ? 0.0 : fddot(s->addresses + rows[j] * d, xi, d) / norm;
         softmax_d(s_it, kk, c->beta, weights);
         memset(nxt, 0, (size_t)d * sizeof(double));
-        for (int64_t j = 0; j < kk; j++) {
-            const double *u = units + j * d;
-            double f = weights[j];
-            for (int64_t i = 0; i < d; i++) nxt[i] += f * u[i];
-        }
+        for (int64_t j = 0; j < kk; j++) axpy_fd(nxt, weights[j], units[j], d);
         normalize_d(nxt, d);
         conv = cos_d(xi, nxt, d) > 1.0 - c->epsilon;
         memcpy(xi, nxt, (size_t)d * sizeof(double));
@@ -794,7 +847,7 @@ int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const flo
     for (int64_t i = 0; i < d; i++) result[i] = (float)xi[i];
     *iterations = it;
     *converged = conv;
-    free(buf);
+    free(buf); free(units); free(own_units);
     return kk;
 }
 
