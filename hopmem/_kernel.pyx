@@ -58,6 +58,8 @@ cdef extern from "hopmem_kernel.h" nogil:
     int hm_has_compact()
     void hm_scan(const hm_state *s, const hm_config *c, const float *X, int64_t nq, float *out)
     int64_t hm_top_k(const float *values, int64_t n, int64_t k, int64_t *rows, float *top)
+    int64_t hm_search_unit(const float *A, const void *half, int64_t n, int64_t dim,
+                           const float *q, int64_t k, int64_t *rows, float *top)
     int hm_write(hm_state *s, const hm_config *c, const float *X, int64_t m, hm_write_log *log)
     double hm_score_error(int64_t dim, int half)
     void hm_unit_rows(const float *X, int64_t n, int64_t dim, float *out)
@@ -408,6 +410,39 @@ def search(const float[:, ::1] A, const float[:, ::1] Q, int64_t k):
             if rc < 0:
                 break
             b += nb
+    if rc < 0:
+        _raise(rc, "search")
+    return rows, top
+
+
+def search_unit(const float[:, ::1] A, half, const float[:, ::1] Q, int64_t k):
+    """Exact top-k by cosine over rows of norm <= 1, one query at a time.
+
+    half: None, or a float16 (n, d) copy of A to scan first; candidates are
+    re-scored exactly, so the answer is the same either way. Returns
+    (rows int64 (nq, k'), cosines float32 (nq, k')); ties go to the lower row.
+    """
+    cdef int64_t n = A.shape[0], d = A.shape[1], nq = Q.shape[0]
+    cdef int64_t kk = min(k, n), q, rc = 0
+    cdef const void *hp = NULL
+    cdef cnp.ndarray h
+    rows = np.empty((nq, kk), dtype=np.int64)
+    top = np.empty((nq, kk), dtype=np.float32)
+    if nq == 0 or kk == 0:
+        return rows, top
+    if half is not None:
+        h = half
+        if (h.dtype.num != cnp.NPY_FLOAT16 or not cnp.PyArray_IS_C_CONTIGUOUS(h)
+                or cnp.PyArray_DIM(h, 0) != n or cnp.PyArray_DIM(h, 1) != d):
+            raise ValueError("half: expected a C-contiguous float16 array shaped like A")
+        hp = cnp.PyArray_DATA(h)
+    cdef int64_t[:, ::1] rows_v = rows
+    cdef float[:, ::1] top_v = top
+    with nogil:
+        for q in range(nq):
+            rc = hm_search_unit(&A[0, 0], hp, n, d, &Q[q, 0], kk, &rows_v[q, 0], &top_v[q, 0])
+            if rc < 0:
+                break
     if rc < 0:
         _raise(rc, "search")
     return rows, top

@@ -24,7 +24,7 @@ from .errors import DimensionMismatch, EmptyMemory, InvalidInput
 
 __all__ = [
     "Memory", "WriteResult", "Trace", "AttentionResult", "Stats", "CompressResult",
-    "as_vectors", "Strategy", "top_k_dot",
+    "as_vectors", "Strategy", "top_k_dot", "top_k_cosine",
 ]
 
 Strategy = Literal["iterative", "fast"]
@@ -282,6 +282,34 @@ def top_k_dot(matrix: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarr
                 np.zeros((queries.shape[0], 0), np.float32))
     from . import _kernel
     return _kernel.search(matrix, queries, int(k))
+
+
+def top_k_cosine(unit_rows: np.ndarray, queries: np.ndarray, k: int,
+                 half: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-k rows by cosine, for rows of norm <= 1 (e.g. unit documents).
+
+    Each query is scored as ``q / |q|`` (a zero query scores 0 everywhere).
+    ``half``, a float16 copy of ``unit_rows`` (``unit_rows.astype(np.float16)``),
+    halves the bytes scanned: the half copy ranks candidates and every row
+    within its proven error bound of the k-th best is re-scored exactly in
+    float32, so the answer is the same as without it. Returns ``(rows int64
+    (q, k'), cosines float32 (q, k'))``, best first, ties to the lower row.
+    """
+    if isinstance(k, bool) or int(k) != k or k < 1:
+        raise InvalidInput(f"k: expected an integer >= 1, got {k!r}")
+    unit_rows = np.ascontiguousarray(unit_rows, dtype=np.float32)
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    if queries.ndim == 1:
+        queries = queries.reshape(1, -1)
+    if unit_rows.ndim != 2 or queries.ndim != 2 or unit_rows.shape[1] != queries.shape[1]:
+        raise InvalidInput(
+            f"top_k_cosine: expected rows (n, d) and queries (q, d), got {unit_rows.shape} "
+            f"and {queries.shape}")
+    if unit_rows.shape[0] == 0:
+        return (np.zeros((queries.shape[0], 0), np.int64),
+                np.zeros((queries.shape[0], 0), np.float32))
+    from . import _kernel
+    return _kernel.search_unit(unit_rows, half, queries, int(k))
 
 
 def _cos(a: np.ndarray, b: np.ndarray) -> float:

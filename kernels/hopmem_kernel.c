@@ -616,6 +616,32 @@ HM_INLINE int64_t activate(const hm_state *s, const hm_config *c, const float *q
     return kk;
 }
 
+/* Exact top-k by cosine over rows of norm <= 1 (documents), for one query.
+ * With half (an IEEE half copy of A) the half copy is scanned and candidates
+ * are re-scored exactly, so the answer equals the float32 scan's. */
+int64_t hm_search_unit(const float *A, const void *half, int64_t n, int64_t dim,
+                       const float *q, int64_t k, int64_t *rows, float *top) {
+    hm_state s;
+    memset(&s, 0, sizeof s);
+    s.dim = dim;
+    s.size = s.capacity = n;
+    s.addresses = (float *)A;
+    s.addresses16 = (void *)half;
+    hm_config c;
+    memset(&c, 0, sizeof c);
+    c.k = k;
+    c.compact = half != NULL;
+    int64_t kmax = k < n ? k : n;
+    act_scratch a;
+    double *sims = (double *)malloc((size_t)(kmax > 0 ? kmax : 1) * sizeof(double));
+    if (!act_alloc(&a, n, kmax, dim) || !sims) { act_free(&a); free(sims); return HM_ERR_NOMEM; }
+    int64_t kk = activate(&s, &c, q, NULL, 0.0, rows, sims, &a);
+    for (int64_t j = 0; j < kk; j++) top[j] = (float)sims[j];
+    act_free(&a);
+    free(sims);
+    return kk;
+}
+
 /* ---- writes ------------------------------------------------------------------------ */
 
 typedef struct {

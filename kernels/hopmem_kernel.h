@@ -90,6 +90,11 @@ int64_t hm_top_k(const float *values, int64_t n, int64_t k, int64_t *rows, float
 int64_t hm_search(const float *A, int64_t n, int64_t dim, const float *x, int64_t k,
                   int64_t *rows, float *top, float *scratch /* [n] */);
 
+/* Exact top-k by cosine (dot with q/|q|) over rows of norm <= 1; half: an
+ * IEEE half copy of A to scan first (re-scored exactly), or NULL. Returns k'. */
+int64_t hm_search_unit(const float *A, const void *half, int64_t n, int64_t dim,
+                       const float *q, int64_t k, int64_t *rows, float *top);
+
 /* Write m vectors (row-major float32) in order. Needs capacity >= size + 2m. */
 int hm_write(hm_state *s, const hm_config *c, const float *X, int64_t m, hm_write_log *log);
 
