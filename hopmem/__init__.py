@@ -1,8 +1,20 @@
-"""hopmem: a Hopfield-style associative memory with a native kernel."""
+"""hopmem: a Hopfield-style associative memory with a native kernel.
+
+The public API, re-exported; nothing else lives here.
+
+- :class:`Memory`: the engine (one collection), competitive or plain mode.
+- :func:`open`, :class:`DataDir`: the embedded durable store (SQLite).
+- :mod:`hopmem.encoders`, :class:`Centerer`, :mod:`hopmem.gates`,
+  :class:`TextCollection`: text in, calibrated answers out.
+- :mod:`hopmem.agent`: agent memory; :mod:`hopmem.server`: the HTTP server.
+"""
 
 from __future__ import annotations
 
+__version__ = "0.1.0"  # first: the store records it in the files it creates
+
 from ._state import Snapshot
+from .centering import Centerer
 from .config import MemoryConfig
 from .errors import (
     AlreadyExists,
@@ -15,21 +27,20 @@ from .errors import (
     InvalidInput,
     NotFound,
     StoreError,
+    StoreLocked,
 )
 from .memory import AttentionResult, CompressResult, Memory, Stats, Trace, WriteResult
-
-__version__ = "0.1.0"
+from .recall import Hit, RecallGate, RecallResult
+from .store import Collection, Database, DataDir, Document, DocumentHit, open
+from .text import TextCollection
 
 __all__ = [
     "Memory", "MemoryConfig", "Snapshot", "WriteResult", "Trace", "AttentionResult",
     "Stats", "CompressResult",
+    "open", "DataDir", "Database", "Collection", "Document", "DocumentHit",
+    "Centerer", "TextCollection", "RecallResult", "RecallGate", "Hit",
     "HopmemError", "InvalidInput", "InvalidConfig", "DimensionMismatch", "EmptyMemory",
-    "NotFound", "AlreadyExists", "StoreError", "IncompatibleStore", "CorruptStore",
+    "NotFound", "AlreadyExists", "StoreError", "StoreLocked", "IncompatibleStore",
+    "CorruptStore",
     "__version__",
 ]
-
-# The embedded durable store (hopmem.store): appended after __version__, which it reads.
-from .errors import StoreLocked  # noqa: E402
-from .store import Collection, Database, DataDir, Document, DocumentHit, open  # noqa: E402
-
-__all__ += ["open", "DataDir", "Database", "Collection", "Document", "DocumentHit", "StoreLocked"]

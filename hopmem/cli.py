@@ -81,7 +81,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from . import demo  # written separately; imported only when asked for
 
-    result = demo.main()
+    result = demo.main(list(args.extra))
     return int(result) if isinstance(result, int) else 0
 
 
@@ -111,8 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_import)
 
-    p = sub.add_parser("demo", help="run the demonstration")
-    p.set_defaults(func=_cmd_demo)
+    p = sub.add_parser("demo", help="run the demonstration (its options: hopmem demo --help)",
+                       add_help=False)
+    p.set_defaults(func=_cmd_demo, pass_extra=True)  # every argument goes to the demo
 
     try:
         from .server.cli import add_subcommands
@@ -128,7 +129,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .errors import HopmemError
 
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "pass_extra", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.extra = extra
     try:
         return int(args.func(args) or 0)
     except HopmemError as exc:

@@ -18,11 +18,13 @@ How a recall is answered
    No document at all: abstain, ``"no candidates"``.
 3. Fuse. Every candidate gets the *path score*::
 
-       confidence(d) = max(cos(q, d), max(fidelity, 0) * cos(r, d))
+       confidence(d) = max(cos(q, d), fidelity * cos(r, d))
 
    the strength of the best path from the question to the document: direct,
    or through the reconstruction, discounted by how far the read travelled
-   from the question (``fidelity``). Hits are ordered by it (ties: lower id).
+   from the question (``fidelity``; a read with ``fidelity <= 0`` offers no
+   path, and the score is ``cos(q, d)``). Hits are ordered by it (ties:
+   lower id).
    Because the path score is a maximum of two terms, the top ``n`` over all
    documents always lie in the union of the two top-``n`` lists, so with exact
    candidate lists the fused ranking is exact. Other rules (question only,
@@ -109,7 +111,8 @@ class Hit:
         The metadata the document was written with, less the text key when it
         is a dict.
     confidence : float
-        The path score ``max(cos(q, d), max(fidelity, 0) * cos(r, d))``.
+        The path score ``max(cos(q, d), fidelity * cos(r, d))`` (see the
+        module docstring).
     band : str or None
         ``"vivid"``, ``"clear"`` or ``"vague"`` under the gate's bands; ``None``
         when no gate is calibrated.
@@ -191,15 +194,17 @@ class RecallSource(Protocol):
     ``analyze(vector)`` returns a :class:`hopmem.Trace` (or raises
     :class:`~hopmem.errors.EmptyMemory`); ``nearest_documents(vector, n)``
     returns up to ``n`` document ids, best first; ``fetch_documents(ids)``
-    returns their stored vectors ``(len(ids), d)`` and metadata, in order;
-    ``stats()`` returns the memory's load (``writes``, ``num_locations``).
+    returns ``(found_ids, vectors, metadata)`` for those of ``ids`` that still
+    exist (a document deleted in between is left out), in order, with the
+    stored vectors as a ``(len(found_ids), d)`` array; ``stats()`` returns the
+    memory's load (``writes``, ``num_locations``).
     """
 
     def analyze(self, vector: np.ndarray) -> Any: ...
 
     def nearest_documents(self, vector: np.ndarray, n: int) -> Sequence[int]: ...
 
-    def fetch_documents(self, ids: Sequence[int]) -> tuple[np.ndarray, list[Any]]: ...
+    def fetch_documents(self, ids: Sequence[int]) -> tuple[Sequence[int], np.ndarray, list[Any]]: ...
 
     def stats(self) -> Any: ...
 
@@ -238,7 +243,8 @@ def fuse(
     fidelity : float
         ``cos(q, r)``; only ``"path"`` uses it.
     rule : str, optional
-        ``"path"``: ``max(cos(q,d), max(fidelity,0) * cos(r,d))``;
+        ``"path"``: ``max(cos(q,d), fidelity * cos(r,d))``, or ``cos(q,d)``
+        when ``fidelity <= 0`` (the read points away from the question);
         ``"question"``: ``cos(q, d)``; ``"reconstruction"``: ``cos(r, d)``;
         ``"max"``: ``max(cos(q,d), cos(r,d))``; ``"rrf"``: reciprocal-rank
         fusion ``1/(60 + rank_q) + 1/(60 + rank_r)`` over these candidates.
@@ -262,7 +268,8 @@ def fuse(
     if not math.isfinite(f):
         raise InvalidInput(f"fidelity must be finite, got {fidelity!r}")
     if rule == "path":
-        return np.maximum(qs, max(f, 0.0) * rs)
+        # A read that ended up pointing away from the question offers no path.
+        return np.maximum(qs, f * rs) if f > 0.0 else qs.copy()
     if rule == "question":
         return qs.copy()
     if rule == "reconstruction":
@@ -442,11 +449,13 @@ def recall_vector(
     from_question = [int(i) for i in source.nearest_documents(q, pool)]
     from_reconstruction = [int(i) for i in source.nearest_documents(trace.result, pool)]
     ids = list(dict.fromkeys(from_question + from_reconstruction))  # union, first-seen order
+    if ids:
+        found, vectors, metadata = source.fetch_documents(ids)
+        ids = [int(i) for i in found]
     if not ids:
         score = first_contact if gate is not None and gate.statistic == "first_contact" else None
         return RecallResult(fidelity, first_contact, [], True, "no candidates", score, stale)
 
-    vectors, metadata = source.fetch_documents(ids)
     unit_docs = _unit_rows(vectors)
     question_scores = unit_docs @ _unit(q)
     reconstruction_scores = unit_docs @ _unit(trace.result)
@@ -546,6 +555,15 @@ def calibrate_gate(
     """
     if statistic not in STATISTICS:
         raise InvalidInput(f"statistic: expected one of {STATISTICS}, got {statistic!r}")
+    # Check the cheap arguments before recalling anything.
+    for name, value in (("error_budget", error_budget), ("holdout_fraction", holdout_fraction)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+                or not 0.0 <= float(value) < 1.0:
+            raise InvalidInput(f"{name} must be a number in [0, 1), got {value!r}")
+    for name, group in (("related", related), ("unrelated", unrelated)):
+        if np.ndim(group) != 2 or len(group) < 2:
+            raise InvalidInput(f"{name}: expected at least 2 question vectors (n, d), got shape "
+                               f"{np.shape(group)}")
     rel = question_statistics(source, related, fusion=fusion)
     irr = question_statistics(source, unrelated, fusion=fusion)
     for name, group in (("related", rel), ("unrelated", irr)):

@@ -36,6 +36,7 @@ collection that already holds vectors written without a centering record.
 
 from __future__ import annotations
 
+import json
 import threading
 import weakref
 from collections.abc import Mapping, Sequence
@@ -46,7 +47,7 @@ import numpy as np
 
 from . import recall as _recall
 from .centering import Centerer
-from .errors import IncompatibleStore, InvalidInput
+from .errors import IncompatibleStore, InvalidInput, NotFound
 from .recall import RecallGate, RecallResult
 
 __all__ = ["CENTERING_FORMAT", "MIN_FIT", "PreparedVectors", "TextCollection"]
@@ -148,6 +149,13 @@ class TextCollection:
             raise IncompatibleStore(
                 f"encoder {getattr(encoder, 'name', encoder)!r} makes {encoder.dimension}-d vectors, "
                 f"the collection holds {dim}-d vectors")
+        recorded = _database_encoder(collection)
+        recorded_fp = getattr(recorded, "fingerprint", None)
+        if recorded_fp is not None and recorded_fp != encoder.fingerprint:
+            raise IncompatibleStore(
+                f"the database records encoder {getattr(recorded, 'name', '?')!r} (fingerprint "
+                f"{recorded_fp}); this encoder {getattr(encoder, 'name', '?')!r} has fingerprint "
+                f"{encoder.fingerprint}")
         self._collection = collection
         self._encoder = encoder
         self._text_key = text_key
@@ -201,7 +209,8 @@ class TextCollection:
         if data is None:
             return None
         if not isinstance(data, Mapping) or data.get("format") != CENTERING_FORMAT:
-            raise IncompatibleStore(f"the collection's centering slot is not {CENTERING_FORMAT!r}: {data!r:.80}")
+            raise IncompatibleStore(
+                f"the collection's centering slot is not {CENTERING_FORMAT!r}: {data!r:.80}")
         if data.get("version") != _CENTERING_VERSION:
             raise IncompatibleStore(f"centering slot version {data.get('version')!r} is not supported")
         encoder = data.get("encoder") or {}
@@ -306,7 +315,8 @@ class TextCollection:
         else:
             extra = list(metadata)
             if len(extra) != len(batch):
-                raise InvalidInput(f"metadata: expected {len(batch)} entries (one per text), got {len(extra)}")
+                raise InvalidInput(
+                    f"metadata: expected {len(batch)} entries (one per text), got {len(extra)}")
         out = []
         for i, (text, item) in enumerate(zip(batch, extra)):
             if item is None:
@@ -317,6 +327,10 @@ class TextCollection:
             if self._text_key in item:
                 raise InvalidInput(f"metadata[{i}]: the key {self._text_key!r} is reserved for the text")
             out.append({self._text_key: text, **item})
+        try:  # refuse before anything (the centering mean included) is stored
+            json.dumps(out, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInput(f"metadata: expected JSON values ({exc})") from None
         return out
 
     def remember(self, texts: Sequence[str], metadata: Sequence[Mapping[str, Any] | None] | None = None
@@ -442,11 +456,18 @@ def _collection_dim(collection: Any) -> int | None:
 
 
 def _slot_get(collection: Any, name: str) -> Any:
-    return getattr(collection, name).get()
+    """A persisted opaque JSON slot (``collection.centering`` / ``collection.gate``)."""
+    return getattr(collection, name)
 
 
 def _slot_set(collection: Any, name: str, value: Any) -> None:
-    getattr(collection, name).set(value)
+    setattr(collection, name, value)
+
+
+def _database_encoder(collection: Any) -> Any:
+    """The encoder record of the collection's database (name, dimension, fingerprint), if any."""
+    database = getattr(collection, "database", None)
+    return getattr(database, "encoder", None) if database is not None else None
 
 
 def _write_ids(collection: Any, vectors: np.ndarray, metadata: list[Any]) -> list[int]:
@@ -469,9 +490,15 @@ class _CollectionSource:
 
     def nearest_documents(self, vector: np.ndarray, n: int) -> list[int]:
         found = self._collection.documents.query(vector, n, mode=self._resolution)
-        return [int(getattr(doc, "id", doc)) for doc in found]
+        return [int(hit.id) for hit in found]
 
-    def fetch_documents(self, ids: Sequence[int]) -> tuple[np.ndarray, list[Any]]:
-        docs = [self._collection.documents.get(i) for i in ids]
-        vectors = np.stack([np.asarray(doc.vector, dtype=np.float32) for doc in docs])
-        return vectors, [doc.metadata for doc in docs]
+    def fetch_documents(self, ids: Sequence[int]) -> tuple[list[int], np.ndarray, list[Any]]:
+        docs = []
+        for doc_id in ids:
+            try:
+                docs.append(self._collection.documents.get(int(doc_id)))
+            except NotFound:  # deleted since the query: not a candidate any more
+                continue
+        vectors = np.stack([np.asarray(doc.vector, dtype=np.float32) for doc in docs]) if docs else \
+            np.zeros((0, _collection_dim(self._collection) or 0), np.float32)
+        return [int(doc.id) for doc in docs], vectors, [doc.metadata for doc in docs]

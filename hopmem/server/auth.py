@@ -77,13 +77,10 @@ class KeyStore:
 
     def _connect(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self.path.exists():  # owner-only from the start, not chmod-ed afterwards
+            os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
         conn = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
-        conn.execute("PRAGMA journal_mode=DELETE")
         conn.execute(_SCHEMA)
-        try:
-            os.chmod(self.path, 0o600)
-        except OSError:  # pragma: no cover - not our file or exotic file system
-            pass
         return conn
 
     def create(self, scope: str, label: str | None = None) -> tuple[KeyInfo, str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from typing import Any, Callable, Sequence
 
@@ -167,13 +168,25 @@ def run_server(app: Any, host: str, port: int, *, log_level: str = "info",
         access_log=access_log, log_level=log_level, server_header=False,
         timeout_graceful_shutdown=shutdown_timeout, timeout_keep_alive=30,
     )
-    uvicorn.Server(config).run()
+    server = uvicorn.Server(config)
+    # uvicorn re-raises the signal that stopped it once shut down; a SIGTERM that led to a
+    # clean, graceful shutdown should end the process with status 0, not -15.
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    try:
+        server.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def serve(args: argparse.Namespace) -> int:
     from hopmem.errors import HopmemError
 
-    from .app import create_app
+    try:
+        from .app import create_app
+    except ImportError as exc:
+        print(f"hopmem serve: the server needs its extra: pip install 'hopmem[server]' ({exc})",
+              file=sys.stderr)
+        return 2
     from .models import Limits
 
     logging.basicConfig(level=args.log_level.upper(),

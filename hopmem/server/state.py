@@ -21,10 +21,8 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, AsyncIterator, Callable, TypeVar
-
-import anyio
-import anyio.to_thread
 
 from hopmem.errors import NotFound
 
@@ -79,7 +77,7 @@ class ServerState:
         self.dbs: dict[str, DbHandle] = {}
         self._write_locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._open_lock: asyncio.Lock | None = None
-        self._limiter: anyio.CapacityLimiter | None = None
+        self._executor: ThreadPoolExecutor | None = None
         self._inflight = 0
         self._idle: asyncio.Event | None = None
         self.draining = False
@@ -88,10 +86,11 @@ class ServerState:
     # -- threads ---------------------------------------------------------------------------
 
     @property
-    def limiter(self) -> anyio.CapacityLimiter:
-        if self._limiter is None:
-            self._limiter = anyio.CapacityLimiter(self.threads)
-        return self._limiter
+    def executor(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=self.threads,
+                                                thread_name_prefix="hopmem-worker")
+        return self._executor
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a read-only call in a worker thread, bounded by the request timeout.
@@ -99,17 +98,31 @@ class ServerState:
         On timeout the thread is abandoned (it finishes in the background and
         changes nothing) and the client gets 503.
         """
+        future = asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
         try:
-            with anyio.fail_after(self.limits.request_timeout):
-                return await anyio.to_thread.run_sync(fn, *args, abandon_on_cancel=True,
-                                                      limiter=self.limiter)
+            async with asyncio.timeout(self.limits.request_timeout):
+                return await future
         except TimeoutError:
             raise HTTPError(503, f"request timed out after {self.limits.request_timeout:g} s",
                             {"Retry-After": "1"}) from None
 
     async def run_to_end(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run a mutation in a worker thread; never abandoned once started."""
-        return await anyio.to_thread.run_sync(fn, *args, limiter=self.limiter)
+        """Run a mutation in a worker thread; never abandoned once started.
+
+        Even if the awaiting request is cancelled (a forced shutdown), this
+        waits for the call to finish, so the caller's collection lock is held
+        until the store has committed or rolled back.
+        """
+        future = asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            while not future.done():
+                try:
+                    await asyncio.wait({future})
+                except asyncio.CancelledError:
+                    continue
+            raise
 
     # -- mutations ---------------------------------------------------------------------------
 
@@ -131,7 +144,7 @@ class ServerState:
             raise HTTPError(503, "server is shutting down", {"Retry-After": "1"})
         lock = self._lock_for(db, collection)
         try:
-            with anyio.fail_after(self.limits.request_timeout):
+            async with asyncio.timeout(self.limits.request_timeout):
                 await lock.acquire()
         except TimeoutError:
             raise HTTPError(503, f"timed out after {self.limits.request_timeout:g} s waiting "
@@ -243,6 +256,15 @@ class ServerState:
         self.dbs[DEFAULT_DB] = DbHandle(DEFAULT_DB, db, dim)
 
     def close_all(self) -> None:
+        try:
+            self._close_databases()
+        finally:
+            if self._executor is not None:
+                # Abandoned reads (timed out) may still run; they change nothing.
+                self._executor.shutdown(wait=False, cancel_futures=True)
+                self._executor = None
+
+    def _close_databases(self) -> None:
         close_datadir = getattr(self.datadir, "close", None)
         if close_datadir is not None:  # the store's DataDir closes every database it opened
             try:

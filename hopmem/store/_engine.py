@@ -1,13 +1,11 @@
 """The store's access to a Memory's internals: one place, with a public fallback.
 
-``Memory.write`` takes a full snapshot of the state before every call so that a
-failing batch can roll back (O(locations x dim) copied per call: measured 1.0 ms
-of a 1.1 ms single write at 2,000 locations, d = 384). The store does not need
-that copy: the disk is the authority, and when anything fails the store rebuilds
-the state from the checkpoint and the journal. So the store applies writes
-through the memory's engine directly, under the memory's own write lock, and
-keeps that lock held until the SQLite commit, so that no reader ever sees a
-state that is not on disk.
+The store applies writes through the memory's engine directly, under the
+memory's own write lock, and keeps that lock held until the SQLite commit, so
+that no reader ever sees a state that is not on disk. It needs no rollback
+snapshot (``Memory.write`` takes one for batches longer than a kernel chunk):
+the disk is the authority, and when anything fails the store rebuilds the
+state from the checkpoint and the journal.
 
 If the engine's internals ever change shape, every function here falls back to
 the public API (slower, and readers may then briefly see a write before its
@@ -30,15 +28,25 @@ __all__ = ["fast_path", "write_lock", "apply_write", "apply_compress", "scalars"
 Scalars = tuple[int, int, int, float, int]  # writes, next_id, size, eta, rng
 
 
-def fast_path(memory: Memory) -> bool:
-    """Whether the engine internals the store relies on are present."""
+def _probe() -> bool:
+    memory = Memory(1)
     state = getattr(memory, "_state", None)
     return (
         getattr(memory, "_engine", None) is not None
         and getattr(memory, "_lock", None) is not None
+        and hasattr(getattr(memory, "_lock", None), "write")
+        and getattr(memory, "_kcfg", None) is not None
         and state is not None
         and all(hasattr(state, a) for a in ("writes", "next_id", "size", "eta", "rng", "restore"))
     )
+
+
+_FAST = _probe()  # checked once: the internals exist in this build of the engine
+
+
+def fast_path(memory: Memory) -> bool:
+    """Whether the engine internals the store relies on are present."""
+    return _FAST and type(memory) is Memory
 
 
 def write_lock(memory: Memory) -> ContextManager[Any]:
@@ -56,7 +64,7 @@ def apply_write(memory: Memory, X: np.ndarray) -> WriteResult:
     """
     if not fast_path(memory):
         return memory.write(X)
-    touched, created, merges = memory._engine.write(memory._state, memory._config, X)
+    touched, created, merges = memory._engine.write(memory._state, memory._kcfg, X)
     return WriteResult(int(X.shape[0]), touched, created, merges)
 
 

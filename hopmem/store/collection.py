@@ -54,6 +54,12 @@ __all__ = ["Collection", "StoredWriteResult", "CollectionStats"]
 
 logger = logging.getLogger("hopmem.store")
 
+#: Seconds of replay tolerated by the adaptive policy, at the least.
+DEFAULT_REPLAY_BUDGET = 0.25
+_INSERT_WRITE = (
+    "INSERT INTO journal (cid, seq, kind, n, vectors, arg, writes_after, next_id_after, "
+    "size_after, eta_after, rng_after, crc, created_at) "
+    "VALUES (?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?)")
 _WRITE_BW = 200e6   # bytes/s assumed for a checkpoint before one has been measured
 _READ_BW = 1e9      # bytes/s assumed for reading journal entries back
 
@@ -102,6 +108,14 @@ def _encode_metadata(metadata: Any, n: int, single: bool) -> list[str] | None:
             raise InvalidInput(f"{where}: expected a JSON value, got {type(item).__name__} "
                                f"({exc})") from None
     return out
+
+
+def _posting_list(result: WriteResult, i: int) -> np.ndarray:
+    """``result.postings(i)`` (ids vector ``i`` touched or created, sorted, unique), cheaper
+    for the ~k ids of one vector than NumPy's unique."""
+    ids = set(result.touched[i].tolist())
+    ids.update(result.created[i].tolist())
+    return np.array(sorted(ids), dtype="<i8")
 
 
 def _opaque_json(value: Any, what: str) -> str | None:
@@ -315,30 +329,30 @@ class Collection:
             now = time.time()
             seq = self._seq + 1
             first_id = self._next_doc_id
-            with _engine.write_lock(memory):
-                t0 = time.perf_counter()
-                try:
-                    result = _engine.apply_write(memory, X)
-                except BaseException:
-                    self._recover_locked(seq)
-                    raise
-                engine_s = time.perf_counter() - t0
-                after = _engine.scalars(memory)
-                try:
-                    with self._db._transaction(f"write to {self._where()}") as conn:
-                        jid = conn.execute(
-                            "INSERT INTO journal (cid, seq, kind, n, vectors, arg, writes_after, "
-                            "next_id_after, size_after, eta_after, rng_after, crc, created_at) "
-                            "VALUES (?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?)",
-                            (self._cid, seq, KIND_WRITE, n, blob, after[0], after[1], after[2],
-                             after[3], journal.to_signed64(after[4]), crc, now)).lastrowid
-                        if metas is not None:
-                            postings = [result.postings(i) for i in range(n)]
-                            self._insert_documents(conn, jid, first_id, metas, now, postings)
-                        self._log_merges(conn, seq, result.merges)
-                except BaseException as exc:
-                    committed = self._recover_locked(seq)
-                    raise self._commit_error("write", exc, committed) from exc
+            # The database's transaction slot first, then the memory's write lock: readers
+            # of this collection never wait for another collection's commit or checkpoint.
+            with self._db._sql_lock:
+                with _engine.write_lock(memory):
+                    t0 = time.perf_counter()
+                    try:
+                        result = _engine.apply_write(memory, X)
+                    except BaseException:
+                        self._recover_locked(seq)
+                        raise
+                    engine_s = time.perf_counter() - t0
+                    after = _engine.scalars(memory)
+                    try:
+                        with self._db._transaction(f"write to {self._where()}") as conn:
+                            jid = conn.execute(_INSERT_WRITE, (
+                                self._cid, seq, KIND_WRITE, n, blob, after[0], after[1], after[2],
+                                after[3], journal.to_signed64(after[4]), crc, now)).lastrowid
+                            if metas is not None:
+                                postings = [_posting_list(result, i) for i in range(n)]
+                                self._insert_documents(conn, jid, first_id, metas, now, postings)
+                            self._log_merges(conn, seq, result.merges)
+                    except BaseException as exc:
+                        committed = self._recover_locked(seq)
+                        raise self._commit_error("write", exc, committed) from exc
             self._seq = seq
             self._replay_s += engine_s
             self._bytes_since += len(blob)
@@ -365,7 +379,7 @@ class Collection:
         conn.executemany(
             "INSERT INTO documents (cid, doc_id, jid, pos, metadata, created_at, locations) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [(cid, first_id + i, jid, i, m, now, np.asarray(postings[i], "<i8").tobytes())
+            [(cid, first_id + i, jid, i, m, now, postings[i].tobytes())
              for i, m in enumerate(metas)])
         conn.execute("UPDATE collections SET next_doc_id = ? WHERE cid = ?",
                      (first_id + len(metas), cid))
@@ -424,25 +438,26 @@ class Collection:
         with self._wlock:
             memory = self._check_writable("compress")
             seq = self._seq + 1
-            t0 = time.perf_counter()
-            result = _engine.apply_compress(memory, max_locations)  # validates; locks itself
-            engine_s = time.perf_counter() - t0
-            after = _engine.scalars(memory)
-            try:
-                with self._db._transaction(f"compress {self._where()}") as conn:
-                    conn.execute(
-                        "INSERT INTO journal (cid, seq, kind, n, vectors, arg, writes_after, "
-                        "next_id_after, size_after, eta_after, rng_after, crc, created_at) "
-                        "VALUES (?, ?, ?, 0, NULL, ?, ?, ?, ?, ?, ?, NULL, ?)",
-                        (self._cid, seq, KIND_COMPRESS,
-                         None if max_locations is None else int(max_locations),
-                         after[0], after[1], after[2], after[3], journal.to_signed64(after[4]),
-                         time.time()))
-                    self._log_merges(conn, seq, result.merges)
-            except BaseException as exc:
-                with _engine.write_lock(memory):
-                    committed = self._recover_locked(seq)
-                raise self._commit_error("compress", exc, committed) from exc
+            with self._db._sql_lock:  # as in write(): the slot before the memory's lock
+                t0 = time.perf_counter()
+                result = _engine.apply_compress(memory, max_locations)  # validates; locks itself
+                engine_s = time.perf_counter() - t0
+                after = _engine.scalars(memory)
+                try:
+                    with self._db._transaction(f"compress {self._where()}") as conn:
+                        conn.execute(
+                            "INSERT INTO journal (cid, seq, kind, n, vectors, arg, writes_after, "
+                            "next_id_after, size_after, eta_after, rng_after, crc, created_at) "
+                            "VALUES (?, ?, ?, 0, NULL, ?, ?, ?, ?, ?, ?, NULL, ?)",
+                            (self._cid, seq, KIND_COMPRESS,
+                             None if max_locations is None else int(max_locations),
+                             after[0], after[1], after[2], after[3], journal.to_signed64(after[4]),
+                             time.time()))
+                        self._log_merges(conn, seq, result.merges)
+                except BaseException as exc:
+                    with _engine.write_lock(memory):
+                        committed = self._recover_locked(seq)
+                    raise self._commit_error("compress", exc, committed) from exc
             self._seq = seq
             self._replay_s += engine_s
             if result.merges and self._posting_index is not None:
@@ -479,13 +494,16 @@ class Collection:
             due = self._vectors_since >= every or (closing and self._vectors_since > 0)
         else:
             replay = self._replay_s + self._bytes_since / _READ_BW
+            budget = self._db._replay_budget
             if closing:
                 due = replay >= 0.02
+            elif budget is not None:
+                due = replay >= budget
             else:
                 cost = self._checkpoint_s
                 if cost is None:
                     cost = len(self._memory) * (self.dim * 12 + 16) / _WRITE_BW
-                due = replay >= max(self._db._replay_budget, 2.0 * cost)
+                due = replay >= max(DEFAULT_REPLAY_BUDGET, 2.0 * cost)
         if not due:
             return
         try:
@@ -608,24 +626,25 @@ class Collection:
                 (self._cid,)).fetchall()
             merges = [np.frombuffer(b, "<i8") for (b,) in conn.execute(
                 "SELECT pairs FROM merges WHERE cid = ? ORDER BY seq", (self._cid,))]
-            meta = np.asarray([r[:3] for r in rows], np.int64).reshape(-1, 3)
-            vectors = np.zeros((meta.shape[0], dim), np.float32)
-            if meta.shape[0]:
-                order = np.argsort(meta[:, 1], kind="stable")
-                bounds = np.flatnonzero(np.diff(meta[order, 1])) + 1
-                for group in np.split(order, bounds):
-                    jid = int(meta[group[0], 1])
+            columns = list(zip(*rows)) or [(), (), (), ()]
+            del rows
+            doc_ids, jids, positions = (np.array(c, np.int64) for c in columns[:3])
+            vectors = np.empty((doc_ids.size, dim), np.float32)
+            if doc_ids.size:
+                # Documents of one journal entry are consecutive (ids are given in write order).
+                bounds = np.flatnonzero(np.diff(jids)) + 1
+                for lo, hi in zip(np.r_[0, bounds].tolist(), np.r_[bounds, jids.size].tolist()):
+                    jid = int(jids[lo])
                     n, blob = conn.execute("SELECT n, vectors FROM journal WHERE jid = ?",
                                            (jid,)).fetchone()
                     X = journal.vectors_from_blob(blob, n, dim, f"{where}: journal row {jid}")
-                    vectors[group] = X[meta[group, 2]]
-        lists = [np.frombuffer(r[3] or b"", "<i8") for r in rows]
-        lengths = np.fromiter((a.size for a in lists), np.int64, len(lists))
-        flat = np.concatenate(lists) if lists else np.zeros(0, np.int64)
+                    vectors[lo:hi] = X[positions[lo:hi]]
+        blobs = [b or b"" for b in columns[3]]
+        lengths = np.fromiter(map(len, blobs), np.int64, len(blobs)) // 8
+        flat = np.frombuffer(b"".join(blobs), "<i8").astype(np.int64)
         pairs = np.concatenate(merges) if merges else np.zeros(0, np.int64)
-        index = VectorIndex(dim, capacity=max(1024, meta.shape[0]))
-        index.add(meta[:, 0], vectors)
-        return index, PostingIndex.build(meta[:, 0], lengths, flat, pairs)
+        index = VectorIndex.adopt(doc_ids, vectors)
+        return index, PostingIndex.build(doc_ids, lengths, flat, pairs)
 
     def _doc_query(self, vector: Any, n: int, mode: str) -> list[DocumentHit]:
         memory = self._check_usable()
@@ -654,6 +673,43 @@ class Collection:
         documents whose stored vectors are most similar (cosine) to ``vector``.
         """
         return self._doc_query(vector, n, mode)
+
+    # -- text (hopmem.text): remember, recall, calibrate with the database's encoder ----------------
+
+    def _text(self) -> Any:
+        """This collection as a :class:`hopmem.text.TextCollection` over the database's encoder."""
+        view = getattr(self, "_text_view", None)
+        if view is None:
+            from ..text import TextCollection
+            encoder = getattr(self._db, "encoder_object", None)
+            if encoder is None:
+                raise InvalidInput(
+                    f"{self._where()}: remember, recall and calibrate need the database opened "
+                    f"with an encoder, e.g. hopmem.open(path, encoder=HashingEncoder({self.dim}))")
+            view = self._text_view = TextCollection(self, encoder)
+        return view
+
+    def remember(self, texts: Any, metadata: Any = None) -> list[int]:
+        """Encode, centre and write ``texts`` as documents; returns their ids.
+
+        See :meth:`hopmem.text.TextCollection.remember`.
+        """
+        return self._text().remember(texts, metadata)
+
+    def recall(self, text: str, n: int = 5, **options: Any) -> Any:
+        """A :class:`hopmem.recall.RecallResult` for ``text``; abstention is a value.
+
+        See :meth:`hopmem.text.TextCollection.recall`.
+        """
+        return self._text().recall(text, n, **options)
+
+    def calibrate(self, related_texts: Any, unrelated_texts: Any, error_budget: float = 0.0,
+                  **options: Any) -> Any:
+        """Calibrate and store (in :attr:`gate`) the gate later recalls use.
+
+        See :meth:`hopmem.text.TextCollection.calibrate`.
+        """
+        return self._text().calibrate(related_texts, unrelated_texts, error_budget, **options)
 
     # -- portability ---------------------------------------------------------------------------------
 

@@ -4,25 +4,41 @@ Design
 ------
 *Journal + checkpoints, not state rows.* A write appends ONE row to the
 ``journal`` table (the input vectors, float32, plus the memory's scalars after
-the write), its documents and postings, in one ``BEGIN IMMEDIATE`` transaction;
-the location state itself is cached in a checkpoint that is rewritten now and
+the write) and its documents, in one ``BEGIN IMMEDIATE`` transaction; the
+location state itself is cached in a checkpoint that is rewritten now and
 then, and reopening loads the checkpoint and replays the entries after it (the
 kernel is deterministic, so the replayed state is bit-identical). The
-alternative, updating location rows in the write's transaction, costs what a
-write touches on every write: with k = 20 and d = 384 each write changes about
-20 addresses and counters (20 x 384 x 12 = 92 KB) against 1.5 KB of journal,
-and splits and merges move rows on top. ``benchmarks/store_bench.py`` measures
-the journal design; see the report in the module docstring of
-:mod:`hopmem.store` for the numbers.
+alternative, updating the touched location rows in the write's transaction,
+was measured in bare SQLite at d = 384 with 2,000 locations and k = 20
+(``benchmarks/store_bench.py --design-only``): 0.05 ms and 12 KiB of WAL per
+write for the journal row, 0.5 to 0.6 ms and 117 KiB of WAL for the 20 row
+updates. The journal also gives export, audit and exact rebuilds for free; its
+cost is disk (4 x d bytes per vector, kept) and a replay on reopen (bounded by
+the checkpoint policy).
+
+*Posting lists.* A document's posting list (the locations its write touched
+or created) is stored with the document as one blob; merges are logged per
+journal entry; the location -> documents index is built in memory on the
+first document query (CSR arrays) and maintained incrementally. Schema
+version 1 kept one ``postings`` row per (location, document) instead, as the
+issue suggested: at 30,000 documents a batch of 100 documents (2,100
+posting rows) then cost about 30 ms of CPU, 14 us per row, because the rows
+land all over a location-ordered B-tree and each commit dirties pages across
+it (see :mod:`hopmem.store.schema`, migration 2). Deleting
+a document deletes one row; the in-memory index drops it lazily.
 
 *Checkpoint policy.* A checkpoint is worth writing when replaying the entries
 since the last one would cost more than the checkpoint does. The store measures
 both: the engine time of the writes since the last checkpoint (what a replay
 would redo) against the time the last checkpoint took to write. It checkpoints
-after a commit once that replay time exceeds ``max(replay_budget, 2 x
-checkpoint time)`` (``replay_budget`` 0.25 s by default), after opening when
-the replay took that long, and on :meth:`Database.close`. ``checkpoint_every=N``
-replaces this with a fixed "every N vectors" rule (deterministic; for tests).
+after a commit once that replay time exceeds ``max(0.25 s, 2 x checkpoint
+time)``, after opening when the replay took that long, and on :meth:`Database.close` (so a clean reopen
+replays nothing). The factor 2 bounds the time spent checkpointing to a third
+of the engine's, and the replay after a crash to about twice a checkpoint.
+``replay_budget=S`` replaces this with a hard bound of S seconds (reopening
+after a crash stays fast, at the price of more checkpoint time on writes), and
+``checkpoint_every=N`` with a fixed "every N vectors" rule (deterministic;
+for tests).
 A checkpoint is a cache: the state never depends on when they are taken.
 
 *Durability.* WAL mode with ``synchronous="normal"`` (the default): a commit is
@@ -35,7 +51,9 @@ under its exclusive lock, committed, and only then is the lock released, so a
 reader never observes a write that is not on disk. If anything fails between
 the two (including the commit itself), the memory is rebuilt from disk
 (checkpoint + journal) before the lock is released, and a
-:class:`~hopmem.errors.StoreError` says the write was not committed.
+:class:`~hopmem.errors.StoreError` says the write was not committed. (A
+``compress`` runs under the memory's own lock, so a reader may see its result
+a moment before its commit; a failed commit is undone the same way.)
 
 *Processes and threads.* A writable open takes an exclusive ``flock`` on
 ``PATH.lock``; a second writable open (another process, or another handle in
@@ -135,8 +153,10 @@ class Database:
         Open without the write lock; nothing can be changed.
     checkpoint_every : int, optional
         Checkpoint every N written vectors instead of by measured cost.
-    replay_budget : float
-        Seconds of replay a reopen may face before a checkpoint is taken.
+    replay_budget : float, optional
+        A hard bound, in seconds of engine time, on what a reopen after a crash
+        may have to replay (more checkpoints, slower writes). Default: adaptive
+        (see the module docs).
     **config
         Defaults for new collections (see :class:`~hopmem.config.MemoryConfig`);
         on an existing file, each given field must equal the recorded one.
@@ -161,7 +181,7 @@ class Database:
         synchronous: str = "normal",
         readonly: bool = False,
         checkpoint_every: int | None = None,
-        replay_budget: float = 0.25,
+        replay_budget: float | None = None,
         name: str | None = None,
         **config: Any,
     ) -> None:
@@ -180,10 +200,17 @@ class Database:
             raise InvalidInput(
                 f"checkpoint_every: expected an integer >= 1 or None, got {checkpoint_every!r}")
         self._checkpoint_every = None if checkpoint_every is None else int(checkpoint_every)
-        self._replay_budget = float(replay_budget)
+        if replay_budget is not None and (isinstance(replay_budget, bool) or
+                                          not isinstance(replay_budget, (int, float)) or
+                                          not replay_budget >= 0):
+            raise InvalidInput(
+                f"replay_budget: expected seconds >= 0 or None, got {replay_budget!r}")
+        self._replay_budget = None if replay_budget is None else float(replay_budget)
         if dim is not None and (isinstance(dim, bool) or int(dim) != dim or dim < 1):
             raise InvalidInput(f"dim: expected an integer >= 1, got {dim!r}")
         enc = None if encoder is None else EncoderInfo.of(encoder)
+        # The live encoder, for collection.remember/recall/calibrate (hopmem.text).
+        self.encoder_object = encoder
         if enc is not None:
             if dim is None:
                 dim = enc.dimension
@@ -606,6 +633,12 @@ class Database:
         from .portable import import_collection
         return import_collection(self, path, name, progress=progress)
 
+    def ping(self) -> None:
+        """Raise :class:`~hopmem.errors.StoreError` unless the file answers a read (readiness)."""
+        self._check_open()
+        with map_errors(f"database {self.path}"):
+            self._reader().execute("SELECT count(*) FROM meta").fetchone()
+
     @property
     def closed(self) -> bool:
         return self._closed
@@ -615,12 +648,14 @@ class Database:
         if self._closed:
             return
         try:
-            if not self.readonly:
-                for coll in list(self._collections.values()):
-                    try:
-                        coll._maybe_checkpoint(closing=True)
-                    except Exception:  # closing must not fail because a cache could not be written
-                        logger.exception("database %s: checkpoint on close failed", self.path)
+            for coll in list(self._collections.values()):
+                with coll._wlock:  # an in-flight write finishes first
+                    if not self.readonly:
+                        try:
+                            coll._maybe_checkpoint(closing=True)
+                        except Exception:  # a cache that could not be written must not block
+                            logger.exception("database %s: checkpoint on close failed", self.path)
+                    coll._closed = True
         finally:
             self._closed = True
             for coll in self._collections.values():
@@ -662,7 +697,7 @@ def open(  # noqa: A001 - hopmem.open is the public name
     synchronous: str = "normal",
     readonly: bool = False,
     checkpoint_every: int | None = None,
-    replay_budget: float = 0.25,
+    replay_budget: float | None = None,
     **config: Any,
 ) -> Database:
     """Open (or create) the hopmem database in the file ``path``.
@@ -684,8 +719,9 @@ def open(  # noqa: A001 - hopmem.open is the public name
         nothing can be changed, and collections are as of their loading.
     checkpoint_every : int, optional
         Checkpoint every N vectors (default: by measured replay cost).
-    replay_budget : float
-        Seconds of journal replay tolerated before checkpointing.
+    replay_budget : float, optional
+        Bound (seconds of engine time) on the journal a reopen after a crash
+        may replay; default adaptive (see :mod:`hopmem.store.database`).
     **config
         Default :class:`~hopmem.config.MemoryConfig` fields of new collections.
 

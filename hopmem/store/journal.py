@@ -101,9 +101,15 @@ def load_checkpoint(conn: sqlite3.Connection, cid: int, dim: int,
     if row is None:
         return None
     seq, size, eta, writes, next_id, rng, parts, crc_expected = row
-    ids, addresses, counters, weights = [], [], [], []
+    if not 0 <= size < 1 << 40:
+        raise CorruptStore(f"{where}: checkpoint records {size} locations")
+    ids = np.empty(size, np.int64)
+    addresses = np.empty((size, dim), np.float32)
+    counters = np.empty((size, dim), np.float64)
+    weights = np.empty(size, np.float64)
     crc = 0
     count = 0
+    at = 0
     for part, b_ids, b_addr, b_cnt, b_w in conn.execute(
             "SELECT part, ids, addresses, counters, weights FROM checkpoint_parts "
             "WHERE cid = ? ORDER BY part", (cid,)):
@@ -114,25 +120,22 @@ def load_checkpoint(conn: sqlite3.Connection, cid: int, dim: int,
             crc = zlib.crc32(b, crc)
         n = len(b_ids) // 8
         if len(b_ids) != 8 * n or len(b_addr) != 4 * n * dim or len(b_cnt) != 8 * n * dim \
-                or len(b_w) != 8 * n:
+                or len(b_w) != 8 * n or at + n > size:
             raise CorruptStore(f"{where}: checkpoint part {part} has inconsistent sizes")
-        ids.append(np.frombuffer(b_ids, "<i8"))
-        addresses.append(np.frombuffer(b_addr, "<f4").reshape(n, dim))
-        counters.append(np.frombuffer(b_cnt, "<f8").reshape(n, dim))
-        weights.append(np.frombuffer(b_w, "<f8"))
+        ids[at:at + n] = np.frombuffer(b_ids, "<i8")
+        addresses[at:at + n] = np.frombuffer(b_addr, "<f4").reshape(n, dim)
+        counters[at:at + n] = np.frombuffer(b_cnt, "<f8").reshape(n, dim)
+        weights[at:at + n] = np.frombuffer(b_w, "<f8")
+        at += n
     if count != parts:
         raise CorruptStore(f"{where}: checkpoint has {count} of its {parts} parts")
     if crc_expected is not None and crc != crc_expected:
         raise CorruptStore(f"{where}: checkpoint at entry {seq} fails its CRC check")
-    snap = Snapshot(
-        ids=np.concatenate(ids).astype(np.int64),
-        addresses=np.concatenate(addresses).astype(np.float32),
-        counters=np.concatenate(counters).astype(np.float64),
-        weights=np.concatenate(weights).astype(np.float64),
-        eta=float(eta), writes=int(writes), next_id=int(next_id), rng=to_unsigned64(rng))
-    if snap.ids.shape[0] != size:
-        raise CorruptStore(f"{where}: checkpoint holds {snap.ids.shape[0]} locations, "
-                           f"recorded {size}")
+    if at != size:
+        raise CorruptStore(f"{where}: checkpoint holds {at} locations, recorded {size}")
+    snap = Snapshot(ids=ids, addresses=addresses, counters=counters, weights=weights,
+                    eta=float(eta), writes=int(writes), next_id=int(next_id),
+                    rng=to_unsigned64(rng))
     return int(seq), snap
 
 

@@ -277,7 +277,8 @@ def import_collection(db: "Database", path: str | os.PathLike[str], name: str | 
                             progress(n)
                     elif kind == "compress":
                         arg = entry.get("max_locations")
-                        merges = _engine.apply_compress(memory, None if arg is None else int(arg)).merges
+                        bound = None if arg is None else int(arg)
+                        merges = _engine.apply_compress(memory, bound).merges
                         after = _engine.scalars(memory)
                         conn.execute(
                             "INSERT INTO journal (cid, seq, kind, n, vectors, arg, writes_after, "

@@ -1,0 +1,38 @@
+"""Execute the research notebook headless; any cell error fails the test.
+
+notebooks/calibrate-tau.ipynb has its own test (test_notebook_calibrate.py),
+which also checks its figures; every other notebook runs here.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from notebook_support import ROOT, execute, figures, install_kernel
+
+OWN_TESTS = {"calibrate-tau.ipynb"}
+NOTEBOOKS = sorted(p for p in (ROOT / "notebooks").glob("*.ipynb") if p.name not in OWN_TESTS)
+LIMIT_S = float(os.environ.get("HOPMEM_NOTEBOOK_LIMIT_S", "120"))
+
+
+@pytest.fixture
+def kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    return install_kernel(tmp_path, monkeypatch)
+
+
+def test_there_are_notebooks():
+    assert any(p.name == "capacity-and-interference.ipynb" for p in NOTEBOOKS)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_executes(path: Path, kernel: str) -> None:
+    nb, elapsed = execute(path, kernel, LIMIT_S)
+    print(f"{path.name}: executed in {elapsed:.1f} s")
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "plt.show()" in cell.source:
+            assert any("image/png" in o.get("data", {}) for o in cell.outputs), \
+                f"no figure from cell:\n{cell.source[:200]}"
+    assert figures(nb) >= 1

@@ -1,0 +1,263 @@
+"""Documents of the store: get, list, delete, query (indexed and exact), resolve."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import hopmem
+from hopmem import InvalidInput, NotFound
+from hopmem.resolution import PostingIndex, VectorIndex
+
+
+def unit(v):
+    v = np.asarray(v, np.float64)
+    return v / np.linalg.norm(v)
+
+
+def clustered(n, d=16, seed=0, centres=6, noise=0.15):
+    rng = np.random.default_rng(seed)
+    C = np.random.default_rng(99).standard_normal((centres, d)).astype(np.float32)
+    return (C[rng.integers(0, centres, n)] + noise * rng.standard_normal((n, d))).astype(np.float32)
+
+
+@pytest.fixture
+def db(tmp_path):
+    with hopmem.open(str(tmp_path / "db.hopmem"), dim=16) as database:
+        yield database
+
+
+def test_get_list_and_exact_vectors(db):
+    coll = db.collection("c")
+    X = clustered(30)
+    ids = coll.write(X, metadata=[{"i": i} for i in range(30)]).ids
+    assert ids == list(range(1, 31))
+    doc = coll.documents.get(7)
+    assert doc.id == 7 and doc.metadata == {"i": 6}
+    assert doc.vector.dtype == np.float32 and np.array_equal(doc.vector, X[6])
+    assert coll.documents.get(7, vector=False).vector is None
+    page = coll.documents.list(offset=10, limit=5)
+    assert [d.id for d in page] == [11, 12, 13, 14, 15]
+    assert all(d.vector is None for d in page)
+    with_vectors = coll.documents.list(0, 3, vectors=True)
+    assert np.array_equal(np.stack([d.vector for d in with_vectors]), X[:3])
+    assert coll.documents.list(offset=30) == []
+    assert len(coll.documents) == 30 and 5 in coll.documents and 31 not in coll.documents
+    assert [d.id for d in coll.documents] == ids
+    assert doc.to_dict() == {"id": 7, "metadata": {"i": 6}}
+    with pytest.raises(NotFound, match="document 99 not found"):
+        coll.documents.get(99)
+    with pytest.raises(InvalidInput, match="document id"):
+        coll.documents.get("7")
+    with pytest.raises(InvalidInput, match="limit"):
+        coll.documents.list(0, 0)
+    with pytest.raises(InvalidInput, match="offset"):
+        coll.documents.list(-1)
+
+
+@pytest.mark.parametrize("mode", ["indexed", "exact"])
+def test_query_finds_each_document_by_its_own_vector(db, mode):
+    coll = db.collection("c")
+    X = clustered(60, seed=3)
+    coll.write(X, metadata=list(range(60)))
+    for i in (0, 17, 59):
+        hits = coll.documents.query(X[i], n=3, mode=mode)
+        assert hits[0].id == i + 1 and hits[0].metadata == i
+        assert hits[0].similarity == pytest.approx(1.0, abs=1e-6)
+        sims = [h.similarity for h in hits]
+        assert sims == sorted(sims, reverse=True)
+        assert hits[0].to_dict() == {"id": i + 1, "similarity": hits[0].similarity, "metadata": i}
+
+
+def test_exact_similarities_are_cosines(db):
+    coll = db.collection("c")
+    X = clustered(25, seed=4)
+    coll.write(X, metadata=[None] * 25)
+    q = clustered(1, seed=8)[0]
+    hits = coll.documents.query(q, n=25, mode="exact")
+    cos = np.array([unit(x) @ unit(q) for x in X])
+    order = np.argsort(-cos, kind="stable")
+    assert [h.id for h in hits] == (order + 1).tolist()
+    assert np.allclose([h.similarity for h in hits], cos[order], atol=1e-5)
+
+
+def test_indexed_results_are_a_subset_of_exact(db):
+    coll = db.collection("c", k=3)
+    X = clustered(80, seed=5, centres=10)
+    coll.write(X, metadata=list(range(80)))
+    q = X[10] + 0.05
+    exact = {h.id: h.similarity for h in coll.documents.query(q, n=80, mode="exact")}
+    indexed = coll.documents.query(q, n=80, mode="indexed")
+    assert 0 < len(indexed) < 80  # k=3 activates only part of the memory
+    for h in indexed:
+        assert h.similarity == pytest.approx(exact[h.id], abs=1e-6)
+
+
+def test_delete_removes_from_get_list_and_both_query_modes(db, tmp_path):
+    coll = db.collection("c")
+    X = clustered(20, seed=6)
+    coll.write(X, metadata=[f"d{i}" for i in range(20)])
+    coll.documents.query(X[0], n=1)  # load the in-memory indexes before deleting
+    state = coll.snapshot()
+    assert coll.documents.delete(5) is True
+    assert coll.documents.delete(5) is False  # idempotent
+    assert coll.documents.delete(12345) is False
+    with pytest.raises(NotFound):
+        coll.documents.get(5)
+    assert 5 not in [d.id for d in coll.documents.list(0, 100)]
+    for mode in ("indexed", "exact"):
+        hits = coll.documents.query(X[4], n=20, mode=mode)
+        assert 5 not in [h.id for h in hits]
+        assert len(hits) == (19 if mode == "exact" else len(hits))
+    assert coll.documents.count() == 19 and coll.stats().documents == 19
+    assert coll.snapshot() == state  # superposition: the memory is unchanged
+    # After a reopen too, and ids are never reused.
+    path = db.path
+    db.close()
+    with hopmem.open(path) as db2:
+        c2 = db2.collection("c")
+        assert 5 not in c2.documents
+        for mode in ("indexed", "exact"):
+            assert 5 not in [h.id for h in c2.documents.query(X[4], n=20, mode=mode)]
+        assert c2.write(X[:1], metadata=["new"]).ids == [21]
+
+
+def test_delete_before_the_indexes_are_loaded(db):
+    coll = db.collection("c")
+    X = clustered(10, seed=7)
+    coll.write(X, metadata=list(range(10)))
+    assert coll.documents.delete(3)
+    for mode in ("indexed", "exact"):
+        assert 3 not in [h.id for h in coll.documents.query(X[2], n=10, mode=mode)]
+
+
+def test_document_on_a_freshly_spawned_location_is_found_indexed(tmp_path):
+    with hopmem.open(str(tmp_path / "s.hopmem"), dim=64) as db:
+        coll = db.collection("c", tau_split=0.3)
+        coll.write(clustered(40, d=64, seed=8, centres=3))
+        # Orthogonal to every address: the write cannot absorb, so it spawns.
+        A = coll.addresses.astype(np.float64)
+        v = np.random.default_rng(1).standard_normal(64)
+        q, _ = np.linalg.qr(A.T)
+        novel = (v - q @ (q.T @ v)).astype(np.float32)
+        before = set(coll.ids.tolist())
+        res = coll.write(novel, metadata={"novel": True})
+        created = set(res.created[0].tolist())
+        assert created and not created & before
+        hits = coll.documents.query(novel, n=1, mode="indexed")
+        assert hits and hits[0].id == res.ids[0] and hits[0].metadata == {"novel": True}
+        # Also when the indexes were already loaded before the write.
+        res2 = coll.write(-novel, metadata="opposite")
+        assert coll.documents.query(-novel, n=1, mode="indexed")[0].id == res2.ids[0]
+
+
+def test_postings_follow_merges_in_writes_and_compress(tmp_path):
+    path = str(tmp_path / "m.hopmem")
+    X = clustered(120, seed=9, centres=20, noise=0.3)
+    with hopmem.open(path, dim=16, max_locations=8, k=4) as db:
+        coll = db.collection("c")
+        merges = 0
+        for b in range(6):
+            res = coll.write(X[b * 20:(b + 1) * 20], metadata=list(range(b * 20, (b + 1) * 20)))
+            merges += len(res.merges)
+        assert merges > 0
+        coll.compress(4)
+        found = [coll.documents.query(x, n=1, mode="indexed") for x in X]
+        assert all(f and f[0].metadata == i for i, f in enumerate(found))
+        live = set(coll.ids.tolist())
+        locations = coll._posting_index.locations()
+        assert set(locations.tolist()) <= live  # every posting names a live location
+    with hopmem.open(path) as db:
+        coll = db.collection("c")
+        again = [coll.documents.query(x, n=1, mode="indexed") for x in X]
+        assert [f[0].id for f in again] == [f[0].id for f in found]
+        assert set(coll._posting_index.locations().tolist()) <= set(coll.ids.tolist())
+
+
+def test_resolve_a_reconstruction(db):
+    coll = db.collection("c", beta=20.0)
+    X = clustered(50, seed=10, centres=5, noise=0.05)
+    coll.write(X, metadata=[{"i": i} for i in range(50)])
+    recon = coll.read(X[3] + 0.1)
+    hits = coll.resolve(recon, n=5)
+    assert len(hits) == 5
+    cos = [float(unit(X[h.id - 1]) @ unit(recon)) for h in hits]
+    assert np.allclose([h.similarity for h in hits], cos, atol=1e-5)
+    assert coll.resolve(recon, n=5, mode="indexed")[0].similarity <= hits[0].similarity + 1e-6
+
+
+def test_query_validation_and_empty_cases(db):
+    coll = db.collection("c")
+    assert coll.documents.query(np.ones(16), n=3) == []
+    assert coll.documents.query(np.ones(16), n=3, mode="exact") == []
+    coll.write(np.ones((2, 16)))  # no metadata: no documents
+    assert coll.documents.query(np.ones(16), n=3, mode="exact") == []
+    assert coll.documents.query(np.ones(16), n=3, mode="indexed") == []
+    with pytest.raises(InvalidInput, match="mode"):
+        coll.documents.query(np.ones(16), mode="fuzzy")
+    with pytest.raises(InvalidInput, match="n:"):
+        coll.documents.query(np.ones(16), n=0)
+    with pytest.raises(hopmem.DimensionMismatch):
+        coll.documents.query(np.ones(5))
+
+
+def test_vector_index_compacts_and_keeps_order():
+    index = VectorIndex(4, capacity=16)
+    rng = np.random.default_rng(0)
+    V = rng.standard_normal((3000, 4)).astype(np.float32)
+    index.add(np.arange(1, 3001), V)
+    for doc in range(1, 2500):
+        assert index.remove(doc)
+    assert not index.remove(1)
+    assert len(index) == 501
+    ids, sims = index.search(V[2800], 3)
+    assert ids[0] == 2801
+    with pytest.raises(InvalidInput):
+        index.add(np.array([5]), V[:1])
+    assert index.alive(np.array([1, 2600, 9999])).tolist() == [False, True, False]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(1, 30), st.lists(st.integers(1, 12), min_size=1, max_size=4)),
+                min_size=1, max_size=20),
+       st.lists(st.tuples(st.integers(1, 12), st.integers(1, 12)), max_size=8))
+def test_posting_index_build_equals_incremental(docs, merges):
+    """Building from lists + merge log equals adding, then applying merges in order."""
+    uniq = {}
+    for doc, locs in docs:
+        uniq.setdefault(doc, sorted(set(locs)))
+    doc_ids = sorted(uniq)
+    # Keep merges meaningful: a removed location never comes back.
+    seen_removed, pairs = set(), []
+    for r, s in merges:
+        if r != s and r not in seen_removed and s not in seen_removed:
+            pairs.append((r, s))
+            seen_removed.add(r)
+    inc = PostingIndex()
+    for d in doc_ids:
+        inc.add(d, np.array(uniq[d]))
+    inc.merge(pairs)
+    lengths = np.array([len(uniq[d]) for d in doc_ids])
+    flat = np.concatenate([uniq[d] for d in doc_ids]).astype(np.int64)
+    built = PostingIndex.build(np.array(doc_ids), lengths, flat, np.array(pairs, np.int64))
+    # Built from the log, updated incrementally, and folded: all the same.
+    half = PostingIndex.build(np.array(doc_ids), lengths, flat, np.zeros(0, np.int64))
+    half.merge(pairs)
+    folded = PostingIndex.build(np.array(doc_ids), lengths, flat, np.zeros(0, np.int64))
+    folded.merge(pairs)
+    folded.compact(lambda ids: np.ones(len(ids), bool))
+    for loc in range(1, 13):
+        want = inc.documents(np.array([loc])).tolist()
+        for other in (built, half, folded):
+            assert other.documents(np.array([loc])).tolist() == want
+    assert inc.locations().tolist() == built.locations().tolist() == folded.locations().tolist()
+
+
+@pytest.mark.parametrize("top", [1, 300, 70_000, 2**33])
+def test_radix_argsort_of_ids_is_a_stable_argsort(top):
+    from hopmem.resolution import _argsort_ids
+
+    x = np.random.default_rng(top).integers(0, top, 5000)
+    assert np.array_equal(_argsort_ids(x), np.argsort(x, kind="stable"))

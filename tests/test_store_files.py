@@ -1,0 +1,339 @@
+"""Files of the store: incompatible, corrupt and foreign files, locking, migration, backup."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+import hopmem
+from hopmem import CorruptStore, IncompatibleStore, Memory, StoreError, StoreLocked
+from hopmem.store.schema import APPLICATION_ID, SCHEMA_VERSION
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(ROOT, "tests", "fixtures")
+
+
+@dataclass
+class FakeEncoder:
+    name: str = "hashing-8"
+    dimension: int = 8
+    fingerprint: str | None = "aaaa1111"
+
+
+def make_db(path, n=50, d=8, metadata=True):
+    X = np.random.default_rng(0).standard_normal((n, d)).astype(np.float32)
+    with hopmem.open(path, dim=d) as db:
+        coll = db.collection("c")
+        coll.write(X, metadata=list(range(n)) if metadata else None)
+        coll.checkpoint()
+        return coll.snapshot()
+
+
+# -- incompatible --------------------------------------------------------------------------
+
+def test_dimension_mismatch_names_both(tmp_path):
+    path = str(tmp_path / "a.hopmem")
+    make_db(path)
+    with pytest.raises(IncompatibleStore,
+                       match=r"database was created with dim=8, opened with dim=128"):
+        hopmem.open(path, dim=128)
+
+
+def test_config_mismatch_names_each_field(tmp_path):
+    path = str(tmp_path / "a.hopmem")
+    hopmem.open(path, dim=8, k=20, beta=5.0).close()
+    with pytest.raises(IncompatibleStore) as err:
+        hopmem.open(path, k=10, beta=5.0, tau_split=0.2)
+    msg = str(err.value)
+    assert "created with k=20, tau_split=0.3" in msg and "opened with k=10, tau_split=0.2" in msg
+    assert "beta" not in msg
+    hopmem.open(path, k=20).close()  # equal values are fine
+
+
+def test_encoder_is_recorded_and_checked(tmp_path):
+    path = str(tmp_path / "a.hopmem")
+    with hopmem.open(path, encoder=FakeEncoder()) as db:
+        assert db.dim == 8
+        assert db.encoder == hopmem.store.EncoderInfo("hashing-8", 8, "aaaa1111")
+    with hopmem.open(path) as db:  # without an encoder: raw vectors, fine
+        assert db.encoder.fingerprint == "aaaa1111"
+    with pytest.raises(IncompatibleStore, match=r"written with encoder 'hashing-8' \(fingerprint "
+                                                r"aaaa1111\), opened with encoder 'other' "
+                                                r"\(fingerprint bbbb2222\)"):
+        hopmem.open(path, encoder=FakeEncoder(name="other", fingerprint="bbbb2222"))
+    with pytest.raises(IncompatibleStore, match="produces dimension 8, but dim=16"):
+        hopmem.open(path, 16, encoder=FakeEncoder())
+
+
+def test_encoder_recorded_on_a_database_that_had_none(tmp_path):
+    path = str(tmp_path / "a.hopmem")
+    hopmem.open(path, dim=8).close()
+    hopmem.open(path, encoder=FakeEncoder()).close()
+    with hopmem.open(path) as db:
+        assert db.encoder.name == "hashing-8"
+    with pytest.raises(hopmem.InvalidInput, match="encoder"):
+        hopmem.open(path, encoder=object())
+
+
+def test_newer_schema_version_is_refused(tmp_path):
+    path = str(tmp_path / "a.hopmem")
+    make_db(path)
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    conn.commit()
+    conn.close()
+    with pytest.raises(IncompatibleStore, match="newer than this hopmem supports"):
+        hopmem.open(path)
+
+
+# -- foreign and corrupt ---------------------------------------------------------------------
+
+def test_foreign_text_file(tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("hello, I am not a database\n" * 100)
+    with pytest.raises(CorruptStore, match="not a hopmem database \\(not an SQLite file\\)"):
+        hopmem.open(str(path))
+    assert path.read_text().startswith("hello")  # untouched
+
+
+def test_foreign_sqlite_database(tmp_path):
+    path = str(tmp_path / "other.db")
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE people (name TEXT)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(CorruptStore, match="an SQLite database, but not a hopmem database"):
+        hopmem.open(path, dim=8)
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA application_id = 1234")
+    conn.commit()
+    conn.close()
+    with pytest.raises(CorruptStore, match="application_id 0x4d2"):
+        hopmem.open(path, dim=8)
+
+
+def test_empty_file_becomes_a_database(tmp_path):
+    path = tmp_path / "empty.hopmem"
+    path.write_bytes(b"")
+    with hopmem.open(str(path), dim=4) as db:
+        db.collection("c").write(np.ones(4))
+    assert sqlite3.connect(str(path)).execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+
+
+def test_truncated_file_is_corrupt(tmp_path):
+    path = str(tmp_path / "a.hopmem")
+    make_db(path, n=400)
+    size = os.path.getsize(path)
+    with open(path, "r+b") as fh:
+        fh.truncate(size // 2)
+    with pytest.raises(CorruptStore):
+        with hopmem.open(path) as db:
+            db.collection("c")
+
+
+def test_overwritten_pages_are_corrupt(tmp_path):
+    path = str(tmp_path / "a.hopmem")
+    make_db(path, n=400)
+    size = os.path.getsize(path)
+    with open(path, "r+b") as fh:  # trash every page after the first two
+        fh.seek(8192)
+        fh.write(np.random.default_rng(1).integers(0, 256, size - 8192, dtype=np.uint8).tobytes())
+    with pytest.raises(CorruptStore):
+        with hopmem.open(path) as db:
+            db.collection("c").documents.list()
+
+
+def test_flipped_bits_in_journal_vectors_fail_the_crc(tmp_path):
+    path = str(tmp_path / "a.hopmem")
+    make_db(path, n=10, metadata=False)
+    conn = sqlite3.connect(path)
+    conn.execute("DELETE FROM checkpoints")  # force a replay of the journal
+    conn.execute("DELETE FROM checkpoint_parts")
+    blob = bytearray(conn.execute("SELECT vectors FROM journal WHERE seq = 1").fetchone()[0])
+    blob[17] ^= 0x10
+    conn.execute("UPDATE journal SET vectors = ? WHERE seq = 1", (bytes(blob),))
+    conn.commit()
+    conn.close()
+    with hopmem.open(path) as db:
+        with pytest.raises(CorruptStore, match="journal entry 1 fails its CRC check"):
+            db.collection("c")
+
+
+def test_damaged_checkpoint_fails_the_crc(tmp_path):
+    path = str(tmp_path / "a.hopmem")
+    make_db(path, n=10)
+    conn = sqlite3.connect(path)
+    blob = bytearray(conn.execute("SELECT counters FROM checkpoint_parts").fetchone()[0])
+    blob[3] ^= 0x01
+    conn.execute("UPDATE checkpoint_parts SET counters = ?", (bytes(blob),))
+    conn.commit()
+    conn.close()
+    with hopmem.open(path) as db:
+        with pytest.raises(CorruptStore, match="checkpoint at entry 1 fails its CRC check"):
+            db.collection("c")
+
+
+def test_a_replay_that_diverges_is_reported(tmp_path):
+    path = str(tmp_path / "a.hopmem")
+    make_db(path, n=10)
+    conn = sqlite3.connect(path)
+    conn.execute("DELETE FROM checkpoints")
+    conn.execute("DELETE FROM checkpoint_parts")
+    conn.execute("UPDATE journal SET size_after = size_after + 1")
+    conn.commit()
+    conn.close()
+    with hopmem.open(path) as db:
+        with pytest.raises(CorruptStore, match="replaying journal entry 1 gave locations"):
+            db.collection("c")
+
+
+# -- a second opener ---------------------------------------------------------------------------
+
+def test_second_writable_open_in_process_is_locked(tmp_path):
+    path = str(tmp_path / "a.hopmem")
+    db = hopmem.open(path, dim=4)
+    try:
+        with pytest.raises(StoreLocked, match=rf"already open for writing by another process "
+                                              rf"\(pid {os.getpid()}\)"):
+            hopmem.open(path)
+        with hopmem.open(path, readonly=True) as ro:  # readers are welcome
+            assert ro.dim == 4
+    finally:
+        db.close()
+    hopmem.open(path).close()  # released on close
+
+
+def test_second_process_gets_a_clear_error_and_can_read(tmp_path):
+    path = str(tmp_path / "a.hopmem")
+    code = (
+        "import sys, hopmem\n"
+        "try:\n"
+        f"    hopmem.open({path!r})\n"
+        "except hopmem.StoreLocked as e:\n"
+        "    print('LOCKED', e)\n"
+        f"with hopmem.open({path!r}, readonly=True) as db:\n"
+        "    c = db.get_collection('c')\n"
+        "    print('READ', c.stats().writes, c.documents.count())\n"
+    )
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    with hopmem.open(path, dim=4) as db:
+        db.collection("c").write(np.eye(4), metadata=list("abcd"))
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=120)
+    assert "LOCKED" in out.stdout and "already open for writing" in out.stdout, out.stderr
+    assert "READ 4 4" in out.stdout, out.stderr
+
+
+def test_lock_is_released_when_open_fails(tmp_path):
+    path = str(tmp_path / "a.hopmem")
+    make_db(path)
+    with pytest.raises(IncompatibleStore):
+        hopmem.open(path, dim=3)
+    hopmem.open(path).close()
+
+
+# -- migration -----------------------------------------------------------------------------------
+
+def _fixture_generator():
+    spec = importlib.util.spec_from_file_location(
+        "make_schema_v1", os.path.join(FIXTURES, "make_schema_v1.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_migration_from_schema_version_1(tmp_path):
+    gen = _fixture_generator()
+    path = str(tmp_path / "old.hopmem")
+    shutil.copy(os.path.join(FIXTURES, "schema_v1.hopmem"), path)
+    raw = sqlite3.connect(path)
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == 1
+    old_postings = raw.execute("SELECT doc_id, location FROM postings ORDER BY doc_id, location"
+                               ).fetchall()
+    raw.close()
+    with pytest.raises(IncompatibleStore, match="needs a migration"):
+        hopmem.open(path, readonly=True)
+
+    with hopmem.open(path) as db:
+        assert db.schema_version == SCHEMA_VERSION
+        versions = db._reader().execute("SELECT version FROM migrations ORDER BY version").fetchall()
+        assert [v for (v,) in versions] == list(range(1, SCHEMA_VERSION + 1))
+        coll = db.get_collection("old")
+        # The state equals a fresh memory fed the fixture's plan.
+        expected = Memory(gen.DIM, **gen.CONFIG)
+        meta = []
+        for seq, (kind, n, with_meta) in enumerate(gen.PLAN, start=1):
+            if kind == "write":
+                expected.write(gen.vectors(seq, n))
+                if with_meta:
+                    meta += [{"seq": seq, "i": i} for i in range(n)]
+            else:
+                expected.compress(3)
+        assert coll.snapshot() == expected.snapshot()
+        assert [d.metadata for d in coll.documents] == meta
+        # Posting lists moved into the documents, intact.
+        moved = sorted((d, int(loc)) for d, blob in db._reader().execute(
+            "SELECT doc_id, locations FROM documents") for loc in np.frombuffer(blob, "<i8"))
+        assert moved == old_postings
+        for doc in coll.documents.list(0, 100, vectors=True):
+            assert coll.documents.query(doc.vector, n=1, mode="indexed")[0].id == doc.id
+        # New features work on the migrated file.
+        coll.gate = {"tau": 0.5}
+        res = coll.write(gen.vectors(99, 2), metadata=["x", "y"])
+        assert res.ids == [len(meta) + 1, len(meta) + 2]
+        state = coll.snapshot()
+    with hopmem.open(path) as db:
+        coll = db.get_collection("old")
+        assert coll.snapshot() == state and coll.gate == {"tau": 0.5}
+
+
+def test_migration_is_atomic(tmp_path, monkeypatch):
+    from hopmem.store import schema
+
+    path = str(tmp_path / "old.hopmem")
+    shutil.copy(os.path.join(FIXTURES, "schema_v1.hopmem"), path)
+
+    def broken(conn):
+        conn.execute("ALTER TABLE journal ADD COLUMN crc INTEGER")
+        raise sqlite3.OperationalError("disk on fire")
+
+    monkeypatch.setattr(schema, "MIGRATIONS", (schema.MIGRATIONS[0],
+                                               schema.Migration(2, "broken", broken)))
+    with pytest.raises(StoreError, match="disk on fire"):
+        hopmem.open(path)
+    raw = sqlite3.connect(path)
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == 1
+    cols = [r[1] for r in raw.execute("PRAGMA table_info(journal)")]
+    assert "crc" not in cols
+    raw.close()
+
+
+# -- backup ---------------------------------------------------------------------------------------
+
+def test_backup_while_open(tmp_path):
+    path = str(tmp_path / "a.hopmem")
+    target = str(tmp_path / "backup.hopmem")
+    with hopmem.open(path, dim=8) as db:
+        coll = db.collection("c")
+        coll.write(np.random.default_rng(0).standard_normal((30, 8)), metadata=list(range(30)))
+        state = coll.snapshot()
+        assert db.backup(target) == target
+        coll.write(np.ones(8))  # after the backup: not in it
+        with pytest.raises(hopmem.AlreadyExists):
+            db.backup(target)
+        with pytest.raises(hopmem.InvalidInput):
+            db.backup(path)
+    assert not os.path.exists(target + "-wal")
+    with hopmem.open(target) as copy:
+        c = copy.get_collection("c")
+        assert c.snapshot() == state and c.documents.count() == 30
+    assert json.loads(json.dumps(hopmem.open(target, readonly=True).info()))["collections"] == ["c"]
