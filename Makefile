@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.hopmem-installed
 export OPENBLAS_NUM_THREADS ?= 1
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: all install build test demo serve bench bench-smoke asv clean
+.PHONY: all install build test demo serve bench bench-smoke asv asv-smoke clean
 
 all: test
 
@@ -45,8 +45,15 @@ bench: build
 bench-smoke: build
 	$(BIN)/python -m benchmarks.compare --smoke
 
+# asv measures the working tree in this venv (environment_type "existing").
 asv: build
+	$(BIN)/asv machine --yes >/dev/null
 	$(BIN)/asv run --quick --python=same --show-stderr
+
+# Every asv benchmark once, nothing saved: CI runs this so the suite never rots.
+asv-smoke: build
+	$(BIN)/asv machine --yes >/dev/null
+	$(BIN)/asv run --quick --dry-run --python=same --show-stderr
 
 clean:
 	rm -rf build hopmem/_kernel.c hopmem/*.so .hypothesis .pytest_cache
