@@ -20,7 +20,7 @@ $(BIN)/python:
 # unpinned torch would pull a multi-GB CUDA build.
 $(STAMP): $(BIN)/python pyproject.toml setup.py
 	$(BIN)/python -m pip install -q "torch==2.13.0"
-	$(BIN)/python -m pip install -q setuptools wheel "Cython>=3.0" "numpy>=1.26"
+	$(BIN)/python -m pip install -q setuptools wheel "Cython>=3.0" "numpy>=1.26" "scipy>=1.11"
 	$(BIN)/python -m pip install -q --no-build-isolation -e ".[test,text,server,bench,notebooks]"
 	touch $(STAMP)
 
