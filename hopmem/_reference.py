@@ -10,7 +10,8 @@ Numerical conventions shared with the kernel (the tests rely on them):
   float64 here and float32 with float32 lanes in C; ranking is by score, then
   lower row (= lower id);
 * every other quantity is computed in float64 and rounded to float32 only
-  when stored into ``addresses`` or returned as a result;
+  when stored into ``addresses``, returned as a result, or used as a unit
+  pattern in the iterative read (the kernel streams those as float32);
 * the random generator is splitmix64, turned into Gaussians by Box-Muller.
 """
 
@@ -156,9 +157,13 @@ def _closest_pair(state: State) -> tuple[int, int, float]:
     """Rows (i < j) of the most similar pair of addresses; ties to the lowest (i, j)."""
     n = state.size
     a = state.addresses[:n].astype(np.float64)
+    # Addresses are unit, or tiny (an input of norm < 1e-12 kept unchanged):
+    # cos is 0 for a tiny one (ALGORITHM.md), not its underflowing dot product.
+    tiny = np.sqrt((a * a).sum(axis=1)) < TINY
     best = (-1, -1, -np.inf)
     for i in range(n - 1):
         sims = (a[i + 1 :] * a[i]).sum(axis=1)
+        sims[tiny[i + 1 :] | tiny[i]] = 0.0
         j = int(np.argmax(sims))  # argmax takes the first maximum: lowest j
         if sims[j] > best[2]:
             best = (i, i + 1 + j, float(sims[j]))
@@ -292,7 +297,10 @@ def read(state: State, cfg: MemoryConfig, query: np.ndarray, strategy: str) -> R
         return ReadTrace(rows, sims, alpha, 1, True, fast.astype(np.float32),
                          fast.astype(np.float32))
     addresses = state.addresses[rows].astype(np.float64)
+    # Unit patterns are rounded to float32, as the kernel streams them (the
+    # state itself still moves in float64).
     units = np.array([normalize(c) for c in state.counters[rows]]).reshape(len(rows), -1)
+    units = units.astype(np.float32).astype(np.float64)
     xi = normalize(query)
     converged = False
     iterations = 0

@@ -89,6 +89,8 @@ class MemoryConfig:
             fail("beta", "a number > 0", self.beta)
         if not 0 <= self.epsilon < 1:
             fail("epsilon", "a number in [0, 1)", self.epsilon)
+        if self.eta0 <= 0:
+            fail("eta0", "a number in (0, 1]", self.eta0)
         if not 0 < self.eta_min <= self.eta0:
             fail("eta_min", f"0 < eta_min <= eta0 (eta0={self.eta0})", self.eta_min)
         if self.eta0 > 1:

@@ -502,9 +502,16 @@ static double closest_pair(const hm_state *s, float *scratch, int64_t *bi, int64
     *bi = *bj = -1;
     for (int64_t i = 0; i + 1 < n; i++) {
         int64_t rest = n - i - 1;
+        /* A tiny address (an input of norm < 1e-12 kept as is) has cos 0 with
+         * everything (ALGORITHM.md), whatever its float32 dot underflows to. */
+        int tiny_i = fnorm(s->addresses + i * d, d) < HM_TINY;
         hm_dots(s->addresses + (i + 1) * d, rest, d, s->addresses + i * d, scratch);
         for (int64_t t = 0; t < rest; t++) {
-            if ((double)scratch[t] > best) { best = scratch[t]; *bi = i; *bj = i + 1 + t; }
+            double sim = scratch[t];
+            if (tiny_i || (sim < 1e-6 && sim > -1e-6 &&
+                           fnorm(s->addresses + (i + 1 + t) * d, d) < HM_TINY))
+                sim = 0.0;
+            if (sim > best) { best = sim; *bi = i; *bj = i + 1 + t; }
         }
     }
     return best;

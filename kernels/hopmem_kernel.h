@@ -11,7 +11,8 @@
  *     float32 lanes in one fixed order for every row;
  *     ranking: higher score first, ties to the lower row;
  *   - everything else is float64, rounded to float32 only when stored in an
- *     address or returned as a result.
+ *     address, returned as a result, or streamed as a unit pattern in the
+ *     iterative read (the state there still moves in float64).
  */
 #ifndef HOPMEM_KERNEL_H
 #define HOPMEM_KERNEL_H

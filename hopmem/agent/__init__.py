@@ -17,6 +17,7 @@ from .history import (
 )
 from .labels import LabelPolicy
 from .memory import (
+    DEFAULT_BAND_GATES,
     DEFAULT_GATES,
     MODES,
     AgentMemory,
@@ -33,7 +34,7 @@ from .tools import NOTHING_REMEMBERED, MemoryTool, MemoryToolkit, memory_tools
 
 __all__ = [
     "AgentMemory", "Entry", "Explanation", "Hit", "Selection", "RecallConfig", "MissingIdentity",
-    "MODES", "DEFAULT_GATES",
+    "MODES", "DEFAULT_GATES", "DEFAULT_BAND_GATES",
     "LabelPolicy", "ForgettingPolicy", "KindPolicy", "KINDS", "DEFAULT_KINDS",
     "EventBus", "MemoryEvent", "EVENT_TYPES",
     "memory_tools", "MemoryTool", "MemoryToolkit", "NOTHING_REMEMBERED",

@@ -20,11 +20,13 @@ __all__ = [
     "identifier_tokens",
     "contains_token",
     "normalise_text",
+    "stem",
 ]
 
-# Function words and question scaffolding: they match nearly every entry and
-# would make BM25 evidence meaningless. Kept short and English on purpose; a
-# term that is not here but is common is still down-weighted by BM25's IDF.
+# Function words and question scaffolding ("what", "so far", "mentioned"): they
+# match nearly every entry, or none, and say nothing about the subject. English
+# only and kept short on purpose; a common term that is not here is still
+# down-weighted by BM25's IDF.
 STOP_WORDS: frozenset[str] = frozenset(
     """
     a an the of to in on at for and or but nor is are was were be been being am do does did
@@ -34,6 +36,8 @@ STOP_WORDS: frozenset[str] = frozenset(
     some can could would should will shall may might must just also too very s t ve re ll d m
     what's whats it's its about up out over under again once only own same such more most other
     each few both much many get got go going gone let lets tell told know please
+    far ever thing things anything something everything name named kind sort long often really
+    actually remind remember recall mention mentioned say said happen happened happening
     """.split()
 )
 
@@ -106,3 +110,27 @@ def contains_token(text: str, token: str) -> bool:
     """Whether ``token`` occurs in ``text`` as a whole token (case-insensitive)."""
     pattern = r"(?<![\w])" + re.escape(token) + r"(?![\w])"
     return re.search(pattern, text.lower()) is not None
+
+
+def stem(word: str) -> str:
+    """A light English suffix stripper (plural, -ing, -ed), for counting known words.
+
+    Deliberately crude and cheap: it only has to make "lives" and "live",
+    "weighs" and "weigh" count as the same word when measuring how much of a
+    query the memory has never seen. Keyword *matching* uses FTS5's Porter
+    stemmer.
+    """
+    w = word.lower()
+    if len(w) > 4 and w.endswith("ies"):
+        return w[:-3] + "y"
+    if len(w) > 5 and w.endswith("ing"):
+        w = w[:-3]
+    elif len(w) > 4 and w.endswith("ed"):
+        w = w[:-2]
+    elif len(w) > 3 and w.endswith("es") and w[-3] in "sxz":
+        w = w[:-2]
+    elif len(w) > 3 and w.endswith("s") and not w.endswith("ss"):
+        w = w[:-1]
+    if len(w) > 3 and w.endswith("e"):
+        w = w[:-1]
+    return w

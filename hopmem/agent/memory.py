@@ -2,15 +2,16 @@
 
 No language model is on the write or the recall path: a write is an encoder
 call, a centring, a few cosines and one SQLite transaction; a recall is an
-encoder call plus exact scans, one engine read and one FTS5 query.
+encoder call, two engine reads per visible partition, one FTS5 query per
+partition and one small transaction (receipt and exposure counts).
 
 Architecture (decisions, briefly)
 ---------------------------------
 * **Storage** is :class:`hopmem.agent.store.AgentStore`: one WAL SQLite file,
-  entries with their centred unit vectors, one FTS5 table per namespace,
-  receipts. The durable collection store (:mod:`hopmem.store`) is not used:
-  an agent entry needs mutable per-row state (expiry, supersession links,
-  utility aggregates, exposure counts) and a keyword index in the same
+  entries with their centred unit vectors, one FTS5 table per visibility
+  partition, receipts. The durable collection store (:mod:`hopmem.store`) is
+  not used: an agent entry needs mutable per-row state (expiry, supersession
+  links, utility aggregates, exposure counts) and a keyword index in the same
   transaction as the text, which a collection's documents do not model.
 * **Associative side**: per visibility partition (the namespace's shared pool,
   and each session's own entries) a :class:`hopmem.Memory` in plain mode (one
@@ -18,27 +19,29 @@ Architecture (decisions, briefly)
   stored vectors on open. A recall reads the shared partition and, with a
   session id, that session's partition, independently, so one scope cannot
   crowd the other out and no session's entries ever shape another's
-  reconstruction. The read's activated locations are the question's exact
-  nearest entries; the reconstruction is resolved by an exact scan
-  (:func:`hopmem.memory.top_k_dot`).
-* **Keyword side**: FTS5 BM25 over the namespace's entries, plus rare exact
-  tokens (identifiers) found by phrase queries and confirmed in the text.
+  reconstruction. The read's activated locations are the question's nearest
+  entries (exact cosines); the reconstruction is resolved by a second,
+  one-step activation of the same memory.
+* **Keyword side**: FTS5 BM25 per partition, plus rare exact tokens
+  (identifiers) found by phrase queries and confirmed in the text.
 * **Fusion**: reciprocal rank fusion of the semantic, associative, keyword,
   exact-token and time-window lists; scores are never averaged.
-* **Admission** is by evidence only (see :class:`RecallConfig`): the gate's
-  statistic must pass the calibrated ``tau``, or a rare exact token of the
-  query must occur in the entry, or the query's time window must contain it.
-  Boosts (labels, utility, recency, supersession order) only reorder hits that
-  were admitted.
+* **Admission** is by evidence only (see :class:`RecallConfig`): the verdict
+  statistic must pass the calibrated gate, or a rare exact token of the query
+  must occur in the entry, or the query's time window must contain it.
+  Boosts (labels, utility, recency, version order) only reorder hits that were
+  admitted.
 """
 
 from __future__ import annotations
 
+import bisect
 import datetime as _dt
 import json
 import logging
 import math
 import os
+import re
 import threading
 import time
 import uuid
@@ -57,7 +60,7 @@ from .events import EventBus, MemoryEvent
 from .labels import LabelPolicy, Labeler, labels_match, labels_overlap, merge_labels
 from .retention import DEFAULT_KINDS, ForgettingPolicy, KindPolicy, entry_value, retention, utility
 from .store import AgentStore, blob_vector, vector_blob
-from .temporal import TimeHints, parse_time_hints
+from .temporal import parse_time_hints
 
 __all__ = [
     "AgentMemory",
@@ -69,6 +72,7 @@ __all__ = [
     "MissingIdentity",
     "MODES",
     "DEFAULT_GATES",
+    "DEFAULT_BAND_GATES",
 ]
 
 logger = logging.getLogger("hopmem.agent")
@@ -84,6 +88,24 @@ class MissingIdentity(HopmemError, ValueError):
 # ----------------------------------------------------------------------------- config
 
 
+#: Words that phrase a statement as a change of an earlier one. A new statement
+#: containing one supersedes its most similar current statement (same kind and
+#: scope, cosine >= ``supersede_cosine``). English only; replace or disable
+#: (``update_cues=None``: every similar statement supersedes) in RecallConfig.
+DEFAULT_UPDATE_CUES = (
+    r"\b(now|new|newer|moved|moves|switched|changed|replaced|instead|no longer|increased|decreased|dropped|"
+    r"raised|lowered|grown|improved|slipped|again|down to|up to|cut down|latest|retired|refinanced|migrated|"
+    r"finished|upgraded|downgraded|rescheduled|postponed|reduced|updated|anymore|any more|stopped|started|"
+    r"promoted|renamed|left|quit|became|nowadays|currently)\b"
+)
+
+
+#: Weight of each ranked list in reciprocal rank fusion.
+DEFAULT_RRF_WEIGHTS: Mapping[str, float] = {
+    "semantic": 1.0, "associative": 0.5, "keyword": 1.0, "exact": 1.0, "time": 1.0,
+}
+
+
 @dataclass(frozen=True)
 class RecallConfig:
     """Retrieval and admission parameters; the defaults are documented in docs/agent-memory.md.
@@ -93,34 +115,44 @@ class RecallConfig:
 
     * ``semantic = cos(q, e)``; ``associative = max(f, 0) * cos(r, e)``;
       ``path = max(semantic, associative)`` (as in :mod:`hopmem.recall`);
-    * ``keyword = b / (b + bm25_half)`` with ``b`` the entry's BM25 score;
+    * ``keyword = b / (b + bm25_half)`` with ``b`` the entry's BM25 score for
+      the query's words (always-positive IDF, see ``_lexical_scorer``);
     * hybrid ``evidence = path + keyword_weight * keyword``; associative mode
       uses ``path``; keyword mode uses ``keyword``.
 
-    The gate's statistic is the best candidate's evidence (or, with
-    ``associative_statistic="first_contact"``, the read's first contact).
-    In an admitted recall, a hit needs ``evidence >= floor_ratio * tau``
-    (labelled "vague" below ``tau``), or an exact rare token, or a match of the
-    query's time window, or to be the newer (or older) version of an admitted
-    hit.
+    The verdict (abstain or not) compares one statistic with the verdict
+    gate's ``tau``: hybrid ``best keyword + grounding_semantic_weight * best
+    path``, keyword mode the best keyword, associative mode the best path (or,
+    with ``associative_statistic="first_contact"``, the read's first contact);
+    modes that read keywords subtract ``novelty_weight * novelty`` (the share
+    of the query's IDF mass in words no visible entry contains). Once the
+    verdict is yes, a hit needs ``evidence >= floor_ratio * best evidence``; the
+    band gate labels it. Independently of the verdict, a rare exact token or
+    the query's time window admits an entry, and the newer (or older) version
+    of an admitted hit is pulled in on its own evidence.
     """
 
     beta: float = 30.0
     assoc_k: int = 32
+    activation: str = "compact"
     over_fetch: int = 50
     rrf_k: float = 20.0
     keyword_weight: float = 0.5
+    grounding_semantic_weight: float = 0.3
+    novelty_weight: float = 0.2
+    common_fraction: float = 0.05
     bm25_half: float = 4.0
     floor_ratio: float = 0.6
     close_margin: float = 0.02
     rare_min: int = 3
     rare_fraction: float = 0.01
     dedup_cosine: float = 0.95
-    supersede_cosine: float = 0.65
-    supersede_factor: float = 0.5
+    supersede_cosine: float = 0.5
+    update_cues: str | None = DEFAULT_UPDATE_CUES
     label_boost: float = 0.15
     utility_boost: float = 0.25
-    recency_boost: float = 0.3
+    recency_boost: float = 0.1
+    rrf_weights: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_RRF_WEIGHTS))
     associative_statistic: str = "evidence"
     rebuild_dead_fraction: float = 0.2
 
@@ -133,7 +165,7 @@ class RecallConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidInput(f"{name}: expected an int >= 1, got {value!r}")
-        for name in ("floor_ratio", "rare_fraction", "supersede_factor", "rebuild_dead_fraction"):
+        for name in ("floor_ratio", "rare_fraction", "rebuild_dead_fraction", "common_fraction"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
                 raise InvalidInput(f"{name}: expected a number in [0, 1], got {value!r}")
@@ -141,6 +173,13 @@ class RecallConfig:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not -1.0 <= value <= 1.01:
                 raise InvalidInput(f"{name}: expected a cosine in [-1, 1] (above 1 disables), got {value!r}")
+        if self.update_cues is not None:
+            try:
+                object.__setattr__(self, "_cues", re.compile(self.update_cues, re.IGNORECASE))
+            except (re.error, TypeError) as exc:
+                raise InvalidInput(f"update_cues: expected a regular expression or None: {exc}") from None
+        if self.activation not in ("exact", "compact"):
+            raise InvalidInput(f"activation: expected 'exact' or 'compact', got {self.activation!r}")
         if self.associative_statistic not in ("evidence", "first_contact"):
             raise InvalidInput(
                 f"associative_statistic: expected 'evidence' or 'first_contact', got {self.associative_statistic!r}")
@@ -160,6 +199,12 @@ DEFAULT_GATES: Mapping[str, Gate] = {
     "hybrid": _default_gate(0.6),
     "associative": _default_gate(0.5),
     "keyword": _default_gate(0.75),
+}
+#: Cut points for a hit's band (on its evidence) until calibrated.
+DEFAULT_BAND_GATES: Mapping[str, Gate] = {
+    "hybrid": _default_gate(0.6),
+    "associative": _default_gate(0.5),
+    "keyword": _default_gate(0.5),
 }
 
 
@@ -289,6 +334,9 @@ class Selection:
     abstained: bool
     reason: str
     statistic: float | None
+    evidence: float | None
+    novelty: float
+    override: str | None
     tau: float
     calibrated: bool
     first_contact: float | None
@@ -324,7 +372,7 @@ class _Row:
         "id", "session_id", "durability", "kind", "text", "norm_text", "vector", "importance", "labels",
         "inferred_labels", "metadata", "created_at", "updated_at", "reinforced_at", "expires_at",
         "merged_count", "superseded_by", "eval_sum", "eval_weight", "manual_feedback", "exposures",
-        "expired_notified", "part", "supersedes", "value_tokens",
+        "expired_notified", "part", "supersedes", "value_tokens", "stems",
     )
 
     def __init__(self, **values: Any) -> None:
@@ -345,6 +393,18 @@ class _Partition:
         self.dead = 0
         self.memory: Memory | None = None
         self.loc_rows: dict[int, int] = {}
+        self.df: dict[str, int] = {}  # light-stemmed word -> live entries containing it
+        self.total_terms = 0  # sum of live entries' content-word counts (BM25 length normalisation)
+
+    def count_terms(self, stems: Iterable[str], delta: int) -> None:
+        stems = list(stems)
+        self.total_terms += delta * len(stems)
+        for st in stems:
+            value = self.df.get(st, 0) + delta
+            if value > 0:
+                self.df[st] = value
+            else:
+                self.df.pop(st, None)
 
     def append(self, entry_id: int, vector: np.ndarray) -> None:
         if self.n == self.matrix.shape[0]:
@@ -385,12 +445,15 @@ class _Partition:
             self.dead = 0
             self.memory = None  # rebuilt on next read
 
-    def engine(self, beta: float, k: int) -> Memory | None:
+    def engine(self, beta: float, k: int, activation: str = "exact") -> Memory | None:
         """The plain-mode engine memory over this partition's rows (built lazily)."""
         if self.live == 0:
             return None
         if self.memory is None:
-            mem = Memory(self.dim, mode="plain", k=k, beta=beta)
+            try:
+                mem = Memory(self.dim, mode="plain", k=k, beta=beta, activation=activation)
+            except TypeError:  # an engine without the activation option: exact scans
+                mem = Memory(self.dim, mode="plain", k=k, beta=beta)
             rows = np.flatnonzero(self.alive[: self.n])
             result = mem.write(self.matrix[rows])
             self.loc_rows = {int(result.created[i][0]): int(r) for i, r in enumerate(rows)}
@@ -580,7 +643,6 @@ class AgentMemory:
         self._store = AgentStore(os.fspath(path), now=now)
         try:
             self._check_contract(centerer, now)
-            self._fts = self._store.fts_table(self.namespace, now=now)
             self._load()
         except BaseException:
             self._store.close()
@@ -625,16 +687,30 @@ class AgentMemory:
     # -- the in-memory index --------------------------------------------------------------
 
     def _load(self) -> None:
+        recorded = self._store.get_json("encoder")
+        if recorded is not None and recorded.get("fingerprint") != self.encoder_info["fingerprint"]:
+            raise IncompatibleStore(
+                f"{self._store.path} now holds vectors of encoder {recorded.get('name')!r} (fingerprint "
+                f"{recorded.get('fingerprint')}); this controller uses {self.encoder_info['name']!r}: reopen it "
+                "with that encoder")
         self._rows: dict[int, _Row] = {}
+        self._by_time: list[tuple[float, int]] = []  # (created_at, id), sorted: time windows
         self._parts: dict[str | None, _Partition] = {}
         self._max_id = 0
+        self._fts: dict[str | None, str] = self._store.fts_tables(self.namespace)
         self._ingest(self._store.load_entries(self.namespace))
         self._data_version = self._store.data_version()
+        self._receipts = self._store.count_receipts(self.namespace)
+        self._recalls = 0
         self._gates: dict[str, Gate] = {}
+        self._band_gates: dict[str, Gate] = {}
         for mode in MODES:
             raw = self._store.get_json(f"gate:{self.namespace}:{mode}")
             if raw is not None:
                 self._gates[mode] = Gate.from_dict(raw)
+            raw = self._store.get_json(f"bands:{self.namespace}:{mode}")
+            if raw is not None:
+                self._band_gates[mode] = Gate.from_dict(raw)
 
     def _ingest(self, rows: Iterable[Any]) -> None:
         for rec in rows:
@@ -663,14 +739,17 @@ class AgentMemory:
     def _add_row(self, row: _Row) -> None:
         row.part = row.session_id if row.durability == "session" else None
         row.value_tokens = _value_tokens(row.text)
+        row.stems = frozenset(kw.stem(t) for t in kw.query_terms(row.text))
         if row.supersedes is None:
             row.supersedes = []
         self._rows[row.id] = row
+        bisect.insort(self._by_time, (row.created_at, row.id))
         part = self._parts.get(row.part)
         if part is None:
             part = self._parts[row.part] = _Partition(self.dim)
         part.append(row.id, row.vector)
         part.engine_append(row.id)
+        part.count_terms(row.stems, +1)
         self._max_id = max(self._max_id, row.id)
 
     def _drop_rows(self, ids: Iterable[int]) -> None:
@@ -678,9 +757,13 @@ class AgentMemory:
             row = self._rows.pop(entry_id, None)
             if row is None:
                 continue
+            at = bisect.bisect_left(self._by_time, (row.created_at, row.id))
+            if at < len(self._by_time) and self._by_time[at] == (row.created_at, row.id):
+                del self._by_time[at]
             part = self._parts.get(row.part)
             if part is not None:
                 part.kill(entry_id)
+                part.count_terms(row.stems, -1)
                 part.compact_if_needed(self.config.rebuild_dead_fraction)
             newer = self._rows.get(row.superseded_by) if row.superseded_by is not None else None
             if newer is not None and entry_id in newer.supersedes:
@@ -700,6 +783,21 @@ class AgentMemory:
     def _check_open(self) -> None:
         if self._closed:
             raise InvalidInput("this AgentMemory is closed")
+
+    def _fts_for(self, part_key: str | None) -> str:
+        name = self._fts.get(part_key)
+        if name is None:
+            name = self._fts[part_key] = self._store.create_fts(self.namespace, part_key, now=self._now())
+            self._data_version = self._store.data_version()
+        return name
+
+    def _delete(self, rows: Iterable[_Row]) -> None:
+        """Delete rows from the file (inside the caller's transaction), grouped by FTS table."""
+        by_fts: dict[str, list[int]] = {}
+        for row in rows:
+            by_fts.setdefault(self._fts_for(row.part), []).append(row.id)
+        if by_fts:
+            self._store.delete_entries(self.namespace, by_fts)
 
     # -- encoding -------------------------------------------------------------------------------
 
@@ -757,6 +855,7 @@ class AgentMemory:
         ttl: float | _dt.timedelta | None = None,
         metadata: Any = None,
         created_at: float | None = None,
+        supersedes: int | None = None,
     ) -> Entry:
         """Store a self-contained statement; returns the (new or merged-into) :class:`Entry`.
 
@@ -770,6 +869,9 @@ class AgentMemory:
         ``durability="session"`` needs ``session_id`` and makes the entry
         visible only to recalls with that session id. ``created_at`` (clock
         seconds) back-dates an import; by default it is the clock's now.
+        ``supersedes`` names the entry this statement replaces (it must be
+        visible in the same scope); without it supersession is detected as
+        described in :class:`RecallConfig`.
         """
         self._check_open()
         if not isinstance(text, str) or not text.strip():
@@ -804,6 +906,10 @@ class AgentMemory:
                 if durability == "session" and self.session_ttl is not None:
                     ttl_s = self.session_ttl if ttl_s is None else min(ttl_s, self.session_ttl)
             expires = None if ttl_s is None else created + ttl_s
+            if supersedes is not None:
+                old_row = self._row(supersedes)
+                if old_row.part != part_key:
+                    raise NotFound(f"no entry {supersedes} in this scope to supersede")
             target, similar = self._find_duplicate(part_key, kind, text, norm, vector, now)
             if target is not None:
                 return self._merge(target, text, meta_json, explicit, importance, expires, session_id, now)
@@ -815,16 +921,16 @@ class AgentMemory:
                 "metadata": meta_json, "created_at": created, "updated_at": now, "reinforced_at": created,
                 "expires_at": expires,
             }
-            superseded = [r for r in similar if r.superseded_by is None and r.kind == kind
-                          and r.created_at <= created]
+            superseded = self._supersession_target(similar, kind, text, created, supersedes)
             evicted: list[_Row] = []
+            fts = self._fts_for(part_key)
             with self._store.transaction():
-                entry_id = self._store.insert_entry(self._fts, values)
+                entry_id = self._store.insert_entry(fts, values)
                 for old in superseded:
                     self._store.update_entry(old.id, self.namespace, superseded_by=entry_id, updated_at=now)
                 if self.capacity is not None:
                     evicted = self._choose_evictions(now, exclude=entry_id, adding=1)
-                    self._store.delete_entries(self._fts, self.namespace, [r.id for r in evicted])
+                    self._delete(evicted)
             self._data_version = self._store.data_version()
             row = _Row(id=entry_id, session_id=values["session_id"], durability=durability, kind=kind, text=text,
                        norm_text=norm, vector=vector, importance=float(importance), labels=explicit,
@@ -849,7 +955,7 @@ class AgentMemory:
             return self._entry(row, self._now())
 
     def _find_duplicate(self, part_key: str | None, kind: str, text: str, norm: str, vector: np.ndarray,
-                        now: float) -> tuple[_Row | None, list[_Row]]:
+                        now: float) -> tuple[_Row | None, list[tuple[float, _Row]]]:
         """The entry to merge into (if any) and the similar entries a new one would supersede."""
         part = self._parts.get(part_key)
         if part is None or part.live == 0:
@@ -869,10 +975,24 @@ class AgentMemory:
             if row.kind == kind and s >= self.config.dedup_cosine and row.value_tokens == tokens and best is None:
                 best = row
             if s >= self.config.supersede_cosine:
-                similar.append(row)
+                similar.append((float(s), row))
         if best is not None:
             return best, []
         return None, similar
+
+    def _supersession_target(self, similar: list[tuple[float, _Row]], kind: str, text: str, created: float,
+                             explicit: int | None) -> list[_Row]:
+        """What a new statement supersedes: the entry named by ``supersedes``, or the most similar
+        current statement of the same kind and scope when the new one is phrased as a change."""
+        if explicit is not None:
+            return [self._row(explicit)]
+        cues = getattr(self.config, "_cues", None)
+        if cues is not None and not cues.search(text):
+            return []
+        heads = [(s, r) for s, r in similar if r.superseded_by is None and r.kind == kind and r.created_at <= created]
+        if not heads:
+            return []
+        return [max(heads, key=lambda t: (t[0], t[1].created_at))[1]]
 
     def _merge(self, row: _Row, text: str, meta_json: str | None, explicit: dict, importance: float,
                expires: float | None, session_id: str | None, now: float) -> Entry:
@@ -884,7 +1004,7 @@ class AgentMemory:
                 row.id, self.namespace, merged_count=row.merged_count + 1, importance=new_importance,
                 labels=json.dumps(labels, sort_keys=True), updated_at=now, reinforced_at=now,
                 expires_at=new_expires)
-            if kw.normalise_text(text) != row.norm_text or meta_json is not None:
+            if text != row.text or meta_json is not None:
                 self._store.add_variant(row.id, text, meta_json, now)
         self._data_version = self._store.data_version()
         row.merged_count += 1
@@ -1016,7 +1136,13 @@ class AgentMemory:
                         self._store.insert_receipt(selection.id, self.namespace, session_id, ids,
                                                    query_labels, now, self.receipt_ttl)
                         self._store.bump_exposures(self.namespace, ids, now)
-                    self._store.prune_receipts(self.namespace, now, self.max_receipts)
+                        self._receipts += 1
+                    self._recalls += 1
+                    # receipts stay bounded: by count at once, by age every 64 recalls (an expired
+                    # receipt is refused by complete() anyway)
+                    if self._receipts > self.max_receipts or self._recalls % 64 == 0:
+                        self._store.prune_receipts(self.namespace, now, self.max_receipts)
+                        self._receipts = self._store.count_receipts(self.namespace)
                     for row in newly_expired:
                         self._store.update_entry(row.id, self.namespace, expired_notified=1)
                 self._data_version = self._store.data_version()
@@ -1055,15 +1181,16 @@ class AgentMemory:
             return False
         return True
 
-    def _gate(self, mode: str) -> tuple[Gate, bool]:
+    def _gate(self, mode: str) -> tuple[Gate, Gate, bool]:
+        """The verdict gate, the band gate, and whether they are calibrated."""
         gate = self._gates.get(mode)
         if gate is not None:
-            return gate, True
-        return DEFAULT_GATES[mode], False
+            return gate, self._band_gates.get(mode, gate), True
+        return DEFAULT_GATES[mode], DEFAULT_BAND_GATES[mode], False
 
     def _retrieve(self, text: str, qvec: np.ndarray, *, session_id: str | None, wanted: dict,
                   kind_set: frozenset | None, limit: int, mode: str, since: float | None, until: float | None,
-                  query_labels: dict, now: float) -> tuple[Selection, list[_Row]]:
+                  query_labels: dict, now: float, admit_all: bool = False) -> tuple[Selection, list[_Row]]:
         cfg = self.config
         use_vectors = mode in ("hybrid", "associative")
         use_keywords = mode in ("hybrid", "keyword")
@@ -1079,10 +1206,8 @@ class AgentMemory:
                 visible_cache[entry_id] = hit
             return hit
 
-        parts = [self._parts.get(None)]
-        if session_id is not None:
-            parts.append(self._parts.get(session_id))
-        parts = [p for p in parts if p is not None and p.live > 0]
+        part_keys: list[str | None] = [None] if session_id is None else [None, session_id]
+        parts = [p for p in (self._parts.get(k) for k in part_keys) if p is not None and p.live > 0]
         n_visible_scope = sum(p.live for p in parts)
         hints = parse_time_hints(text, now, self.day_zero)
 
@@ -1091,10 +1216,9 @@ class AgentMemory:
         sem_list: list[tuple[float, int]] = []
         assoc_list: list[tuple[float, int]] = []
         first_contact = None
-        fidelity_best = None
         if use_vectors:
             for part in parts:
-                mem = part.engine(cfg.beta, cfg.assoc_k)
+                mem = part.engine(cfg.beta, cfg.assoc_k, cfg.activation)
                 if mem is None:
                     continue
                 trace = mem.analyze(qvec)
@@ -1102,7 +1226,6 @@ class AgentMemory:
                 fid = float(trace.fidelity)
                 if first_contact is None or fc > first_contact:
                     first_contact = fc
-                fidelity_best = fid if fidelity_best is None else max(fidelity_best, fid)
                 for loc, sim in zip(trace.activated, trace.similarities):
                     row = part.loc_rows.get(int(loc))
                     if row is None or not part.alive[row]:
@@ -1111,56 +1234,66 @@ class AgentMemory:
                     if visible(entry_id):
                         semantic[entry_id] = float(sim)
                         sem_list.append((float(sim), entry_id))
-                k = min(cfg.over_fetch, part.n)
-                rows_idx, scores = top_k_dot(part.matrix[: part.n], trace.result[None, :], k)
+                # resolve the reconstruction: its nearest entries, found by the engine's own
+                # activation (exact scores; with activation="compact" a float16 pre-scan)
                 weight = max(fid, 0.0)
-                for r, s in zip(rows_idx[0], scores[0]):
-                    if not part.alive[r]:
+                resolved = mem.analyze(trace.result, strategy="fast")
+                for loc, sim in zip(resolved.activated, resolved.similarities):
+                    row = part.loc_rows.get(int(loc))
+                    if row is None or not part.alive[row]:
                         continue
-                    entry_id = int(part.ids[r])
+                    entry_id = int(part.ids[row])
                     if visible(entry_id):
-                        associative[entry_id] = weight * float(s)
-                        assoc_list.append((weight * float(s), entry_id))
+                        associative[entry_id] = weight * float(sim)
+                        assoc_list.append((weight * float(sim), entry_id))
         keyword_scores: dict[int, float] = {}
         kw_list: list[tuple[float, int]] = []
         exact: dict[int, list[str]] = {}
         terms = kw.query_terms(text)
+        tables = [self._fts[k] for k in part_keys if k in self._fts]
+        novelty = 0.0
         if use_keywords and n_visible_scope:
-            match = kw.fts_or_query(terms)
+            match = kw.fts_or_query(self._selective_terms(terms, parts, n_visible_scope))
             if match is not None:
-                fetch = max(cfg.over_fetch, 4 * limit)
-                for _ in range(3):  # widen when other sessions' rows crowd the visible ones out
-                    found = self._store.keyword_search(self._fts, match, fetch)
-                    kept = [(b, i) for i, b in found if visible(i)]
-                    if len(kept) >= min(cfg.over_fetch, 4 * limit) or len(found) < fetch:
-                        break
-                    fetch *= 4
-                for b, i in kept:
-                    keyword_scores[i] = b
-                    kw_list.append((b, i))
+                want = max(cfg.over_fetch, 4 * limit)
+                for table in tables:  # each partition has its own BM25 statistics; merged by score
+                    fetch = want
+                    for _ in range(3):  # widen when hidden (expired, filtered) rows crowd the visible out
+                        found = self._store.keyword_search(table, match, fetch)
+                        kept = [(b, i) for i, b in found if visible(i)]
+                        if len(kept) >= want or len(found) < fetch:
+                            break
+                        fetch *= 4
+                    for b, i in kept:
+                        keyword_scores[i] = b
+                        kw_list.append((b, i))
             rare_max = max(cfg.rare_min, int(math.ceil(cfg.rare_fraction * n_visible_scope)))
             for token in kw.identifier_tokens(text):
                 phrase = kw.fts_phrase(token)
                 if phrase is None:
                     continue
-                ids = [i for i in self._store.phrase_ids(self._fts, phrase, 4 * rare_max + 8)
+                ids = [i for table in tables for i in self._store.phrase_ids(table, phrase, 4 * rare_max + 8)
                        if visible(i) and kw.contains_token(self._rows[i].text, token)]
                 if 1 <= len(ids) <= rare_max:
                     for i in ids:
                         exact.setdefault(i, []).append(token)
+            cue_words = {w for cue in hints.cues for w in cue.split()}  # time scaffolding is not a subject
+            novelty = self._novelty([t for t in terms if t not in cue_words], parts)
         window_ids: list[int] = []
         if hints.window is not None and n_visible_scope:
             start, end = hints.window
-            for row in self._rows.values():
-                if start <= row.created_at < end and visible(row.id):
-                    window_ids.append(row.id)
+            lo = bisect.bisect_left(self._by_time, (start, -1))
+            hi = bisect.bisect_left(self._by_time, (end, -1))
+            window_ids = [i for _, i in self._by_time[lo:hi] if visible(i)]
 
         # every candidate gets all of its evidence, whichever list found it
         candidates = set(semantic) | set(associative) | set(keyword_scores) | set(exact) | set(window_ids)
-        gate, calibrated = self._gate(mode)
+        gate, band_gate, calibrated = self._gate(mode)
         selection_id = uuid.uuid4().hex
+        override = "exact token" if exact else ("time window" if window_ids else None)
         base = dict(id=selection_id, query=text, namespace=self.namespace, session_id=session_id, mode=mode,
-                    tau=gate.tau, calibrated=calibrated, first_contact=first_contact,
+                    novelty=round(novelty, 4), override=override, tau=gate.tau, calibrated=calibrated,
+                    first_contact=first_contact,
                     time_hints={"order": hints.order, "window": hints.window, "cues": list(hints.cues)},
                     timings={}, created_at=now)
         suffix = ""
@@ -1170,18 +1303,20 @@ class AgentMemory:
             suffix = f"; gate calibrated at {gate.calibrated_writes} entries, now {len(self._rows)}: recalibrate"
         if not candidates:
             return Selection(hits=(), abstained=True, reason="no candidates: nothing visible in this scope matches"
-                             + suffix, statistic=None, **base), expired_out
+                             + suffix, statistic=None, evidence=None, **base), expired_out
 
         cand = sorted(candidates)
-        if use_vectors:
-            vecs = np.stack([self._rows[i].vector for i in cand])
-            direct = vecs @ qvec
-            for i, s in zip(cand, direct):
-                semantic.setdefault(i, float(s))
+        missing = [i for i in cand if i not in semantic] if use_vectors else []
+        if missing:  # found by keyword, exact token or time only: score them against the query too
+            direct = np.stack([self._rows[i].vector for i in missing]) @ qvec
+            for i, s in zip(missing, direct):
+                semantic[i] = float(s)
         ev: dict[int, float] = {}
         kwn: dict[int, float] = {}
-        for i in cand:
-            b = keyword_scores.get(i, 0.0)
+        lexical = self._lexical_scorer(terms, parts) if use_keywords else None
+
+        def score(i: int) -> None:
+            b = lexical(self._rows[i]) if lexical is not None else 0.0
             kwn[i] = b / (b + cfg.bm25_half) if b > 0 else 0.0
             path = max(semantic.get(i, 0.0), associative.get(i, 0.0)) if use_vectors else 0.0
             if mode == "hybrid":
@@ -1190,32 +1325,53 @@ class AgentMemory:
                 ev[i] = path
             else:
                 ev[i] = kwn[i]
+
+        for i in cand:
+            score(i)
         best_id = max(cand, key=lambda i: (ev[i], -i))
-        statistic = ev[best_id]
-        if mode == "associative" and cfg.associative_statistic == "first_contact" and first_contact is not None:
+        best_ev = ev[best_id]
+        # the verdict: is anything relevant remembered at all?
+        if mode == "hybrid":
+            best_kw = max(kwn.values())
+            best_path = max(max(semantic.get(i, 0.0), associative.get(i, 0.0)) for i in cand)
+            statistic = best_kw + cfg.grounding_semantic_weight * best_path
+            what = f"grounding {best_kw:.3f} + {cfg.grounding_semantic_weight:.2f} x {best_path:.3f}"
+        elif mode == "associative" and cfg.associative_statistic == "first_contact" and first_contact is not None:
             statistic = first_contact
+            what = f"first contact {statistic:.3f}"
+        else:
+            statistic = best_ev
+            what = f"best evidence {best_ev:.3f}"
+        if use_keywords:
+            statistic -= cfg.novelty_weight * novelty
+            if novelty > 0.005:
+                what += f" - novelty {cfg.novelty_weight:.2f} x {novelty:.2f}"
+        what = f"statistic {statistic:.3f} ({what})"
         passes = statistic >= gate.tau
-        floor = cfg.floor_ratio * gate.tau
+        # which hits: those near the best one, once the verdict is yes
+        floor = cfg.floor_ratio * best_ev
         in_window = set(window_ids)
 
         admitted: dict[int, str] = {}
         for i in cand:
             if exact.get(i):
                 admitted[i] = "exact token"
-            elif passes and ev[i] >= gate.tau:
+            elif passes and ev[i] >= band_gate.tau:
                 admitted[i] = "gate"
             elif passes and ev[i] >= floor:
                 admitted[i] = "weak evidence in an admitted recall"
-            elif i in in_window and ev[i] >= floor:
+            elif i in in_window and ev[i] >= 0.0:
                 admitted[i] = "time window"
+            elif admit_all:
+                admitted[i] = "nothing (ranking without the gate)"
         if not admitted:
             if statistic >= gate.tau - cfg.close_margin:
-                reason = (f"too close to call: best evidence {statistic:.3f} is within {cfg.close_margin:.2f} "
+                reason = (f"too close to call: {what} is within {cfg.close_margin:.2f} "
                           f"below tau {gate.tau:.3f}")
             else:
-                reason = f"below the gate: best evidence {statistic:.3f} < tau {gate.tau:.3f}"
-            return Selection(hits=(), abstained=True, reason=reason + suffix, statistic=statistic, **base), \
-                expired_out
+                reason = f"below the gate: {what} < tau {gate.tau:.3f}"
+            return Selection(hits=(), abstained=True, reason=reason + suffix, statistic=statistic,
+                             evidence=best_ev, **base), expired_out
 
         # reciprocal rank fusion over the lists that found each candidate
         lists: dict[str, list[int]] = {}
@@ -1240,27 +1396,32 @@ class AgentMemory:
                 seen.add(i)
                 rank += 1
                 ranks[i][name] = rank
-                fused[i] += 1.0 / (cfg.rrf_k + rank)
+                fused[i] += cfg.rrf_weights.get(name, 1.0) / (cfg.rrf_k + rank)
 
-        # versions: pull in the other end of an admitted entry's supersession chain
+        # only the head of the fused ranking can reach the top ``limit`` through bounded boosts and
+        # version swaps: post-process that pool (and every exact-token hit) only
+        pool_size = max(24, 4 * limit)
+        if len(admitted) > pool_size:
+            keep = set(sorted(admitted, key=lambda i: (-fused[i], -ev[i], i))[:pool_size]) | set(exact)
+            admitted = {i: why for i, why in admitted.items() if i in keep}
+
+        # versions: the other end of an admitted entry's supersession chain becomes a candidate; it is
+        # admitted on its own evidence only
         order = hints.order or "recent"
         via: dict[int, int] = {}
         for i in list(admitted):
             relative = self._chain_end(i, order, visible)
-            if relative is not None and relative != i and relative not in admitted:
-                admitted[relative] = "newer version of an admitted hit" if order == "recent" else \
-                    "older version of an admitted hit"
+            if relative is None or relative == i or relative in admitted:
+                continue
+            if relative not in ev:
+                if use_vectors:
+                    semantic[relative] = float(self._rows[relative].vector @ qvec)
+                score(relative)
+                ranks[relative] = {}
+            if ev[relative] >= floor:
+                admitted[relative] = ("newer" if order == "recent" else "older") + " version of an admitted hit"
                 via[relative] = i
-                if relative not in fused:
-                    row = self._rows[relative]
-                    fused[relative] = fused[i]
-                    ranks[relative] = {}
-                    semantic.setdefault(relative, float(row.vector @ qvec) if use_vectors else 0.0)
-                    b = keyword_scores.get(relative, 0.0)
-                    kwn[relative] = b / (b + cfg.bm25_half) if b > 0 else 0.0
-                    ev[relative] = ev[i]
-                else:
-                    fused[relative] = max(fused[relative], fused[i])
+                fused[relative] = max(fused.get(relative, 0.0), fused[i] * 0.999)
 
         # boosts: reorder admitted hits only
         final: dict[int, float] = {}
@@ -1277,12 +1438,6 @@ class AgentMemory:
                 b["utility"] = 1.0 + cfg.utility_boost * self._utility(row)
             if self.forgetting is not None:
                 b["retention"] = 0.5 + 0.5 * self._retention(row, now)
-            versions_newer = self._count_versions(i, admitted, newer=True)
-            versions_older = self._count_versions(i, admitted, newer=False)
-            if order == "recent" and versions_newer:
-                b["superseded"] = cfg.supersede_factor ** versions_newer
-            elif order == "origin" and versions_older:
-                b["later version"] = cfg.supersede_factor ** versions_older
             if hints.order == "recent" and len(newest) > 1:
                 b["recency"] = 1.0 + cfg.recency_boost * recency_rank[i] / (len(newest) - 1)
             elif hints.order == "origin" and len(newest) > 1:
@@ -1294,16 +1449,26 @@ class AgentMemory:
                 factor *= v
             boosts[i] = b
             final[i] = fused[i] * factor
+        # versions of one fact trade places among themselves (newest first, or oldest first when the
+        # query asks for an earlier state); an entry matched by an exact token keeps its place
+        for group in self._version_groups([i for i in admitted if i not in exact and ev[i] >= floor]):
+            scores = sorted((final[i] for i in group), reverse=True)
+            by_time = sorted(group, key=lambda i: (self._rows[i].created_at, i), reverse=(order == "recent"))
+            for i, value in zip(by_time, scores):
+                if final[i] > 0 and abs(value - final[i]) > 1e-12:
+                    boosts[i]["version order"] = value / final[i]
+                final[i] = value
         ordered_ids = sorted(admitted, key=lambda i: (-final[i], -ev[i], i))[:limit]
-        matched = self._store.terms_in(self._fts, [(t, kw.fts_or_query([t])) for t in terms], ordered_ids) \
-            if use_keywords and terms else {i: [] for i in ordered_ids}
+        # matched terms for the explanation, by the light stemmer (FTS5's Porter stemmer decided the ranking)
+        term_stems = [(t, kw.stem(t)) for t in terms] if use_keywords else []
+        matched = {i: [t for t, st in term_stems if st in self._rows[i].stems] for i in ordered_ids}
 
         hits = []
         for i in ordered_ids:
             row = self._rows[i]
             sources = tuple(name for name in ("keyword", "semantic", "associative", "exact", "time")
                             if name in ranks.get(i, {}))
-            band = gate.band(ev[i])
+            band = band_gate.band(ev[i])
             if admitted[i] == "exact token" and band == "vague":
                 band = "clear"
             expl = Explanation(
@@ -1319,11 +1484,109 @@ class AgentMemory:
                             created_at=row.created_at, importance=row.importance))
         top = hits[0].explanation.admitted_by
         if passes:
-            reason = f"admitted: best evidence {statistic:.3f} >= tau {gate.tau:.3f}"
+            reason = f"admitted: {what} >= tau {gate.tau:.3f}"
         else:
-            reason = f"admitted by {top} (best evidence {statistic:.3f} < tau {gate.tau:.3f})"
+            reason = f"admitted by {top} ({what} < tau {gate.tau:.3f})"
         return Selection(hits=tuple(hits), abstained=False, reason=reason + suffix, statistic=statistic,
-                         **base), expired_out
+                         evidence=best_ev, **base), expired_out
+
+    def _selective_terms(self, terms: list[str], parts: Sequence[_Partition], n: int) -> list[str]:
+        """Drop terms in more than ``common_fraction`` of the visible entries (keeping the rarest).
+
+        They add almost nothing to BM25 (tiny IDF) but make FTS5 score most of
+        the partition, which is what costs time on a large memory.
+        """
+        cut = self.config.common_fraction * n
+        if len(terms) < 2 or n < 200:
+            return terms
+        dfs = [(sum(p.df.get(kw.stem(t), 0) for p in parts), t) for t in terms]
+        kept = [t for df, t in dfs if df <= cut]
+        return kept or [min(dfs)[1]]
+
+    def _lexical_scorer(self, terms: Sequence[str], parts: Sequence[_Partition]) -> Callable[[_Row], float]:
+        """BM25 of an entry for the query's words, as keyword *evidence*.
+
+        FTS5 ranks the keyword candidates, but its IDF, ``log((N - n + 0.5) /
+        (n + 0.5))``, is zero or clamped for a word in half the entries, so in a
+        small memory every match scores ~0. Evidence uses the always-positive
+        IDF ``log(1 + (N - n + 0.5) / (n + 0.5))`` (Lucene's), binary term
+        frequency and the light stemmer, over the visible partitions;
+        k1 = 1.2, b = 0.75.
+        """
+        n = sum(p.live for p in parts)
+        avgdl = max(1.0, sum(p.total_terms for p in parts) / max(n, 1))
+        weights = {}
+        for st in dict.fromkeys(kw.stem(t) for t in terms):
+            df = sum(p.df.get(st, 0) for p in parts)
+            if df:
+                weights[st] = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+        k1, b = 1.2, 0.75
+
+        def score(row: _Row) -> float:
+            matched = sum(w for st, w in weights.items() if st in row.stems)
+            if not matched:
+                return 0.0
+            return matched * (k1 + 1.0) / (1.0 + k1 * (1.0 - b + b * len(row.stems) / avgdl))
+
+        return score
+
+    def _novelty(self, terms: Sequence[str], parts: Sequence[_Partition]) -> float:
+        """Share of the query's IDF mass in words no visible entry contains (0 = all known)."""
+        stems = [kw.stem(t) for t in terms]
+        if not stems:
+            return 0.0
+        n = sum(p.live for p in parts)
+        total = unknown = 0.0
+        for st in dict.fromkeys(stems):
+            df = sum(p.df.get(st, 0) for p in parts)
+            idf = math.log((n + 1.0) / (df + 0.5))
+            total += idf
+            if df == 0:
+                unknown += idf
+        return unknown / total if total > 0 else 0.0
+
+    def _version_groups(self, ids: Sequence[int]) -> list[list[int]]:
+        """Groups of ``ids`` connected through supersession links (at least two members each)."""
+        members = set(ids)
+        root: dict[int, int] = {}
+
+        def find(i: int) -> int:
+            while root.get(i, i) != i:
+                i = root[i]
+            return i
+
+        for i in ids:
+            nxt, seen = self._rows[i].superseded_by, {i}
+            while nxt is not None and nxt not in seen and nxt in self._rows:
+                seen.add(nxt)
+                if nxt in members:
+                    a, b = find(i), find(nxt)
+                    if a != b:
+                        root[a] = b
+                nxt = self._rows[nxt].superseded_by
+        groups: dict[int, list[int]] = {}
+        for i in ids:
+            groups.setdefault(find(i), []).append(i)
+        return [g for g in groups.values() if len(g) > 1]
+
+    def rank(self, text: str, *, session_id: str | None = None, limit: int = 10, mode: str = "hybrid") -> list[Hit]:
+        """The fused ranking of every candidate, ignoring the gate (no receipts, no events).
+
+        For debugging ("why was this not recalled?") and for evaluating the
+        ranking separately from the abstention decision. Each hit's
+        ``explanation.admitted_by`` says whether recall would have admitted it.
+        """
+        self._check_open()
+        if mode not in MODES:
+            raise InvalidInput(f"mode: expected one of {MODES}, got {mode!r}")
+        session_id = _identity(session_id, "session_id", required=False)
+        vec = self._encode([text.strip()])[0]
+        with self._lock:
+            self._sync()
+            sel, _ = self._retrieve(text.strip(), vec, session_id=session_id, wanted={}, kind_set=None,
+                                    limit=limit, mode=mode, since=None, until=None, query_labels={},
+                                    now=self._now(), admit_all=True)
+        return list(sel.hits)
 
     def _chain_end(self, entry_id: int, order: str, visible: Callable[[int], bool]) -> int | None:
         """The newest (``recent``) or oldest (``origin``) visible version of an entry."""
@@ -1354,96 +1617,110 @@ class AgentMemory:
                 frontier.extend(r.supersedes)
         return best
 
-    def _count_versions(self, entry_id: int, admitted: Mapping[int, str], newer: bool) -> int:
-        """How many admitted entries are newer (older) versions of this one."""
-        count = 0
-        seen = {entry_id}
-        if newer:
-            nxt = self._rows[entry_id].superseded_by
-            while nxt is not None and nxt not in seen and nxt in self._rows:
-                seen.add(nxt)
-                if nxt in admitted:
-                    count += 1
-                nxt = self._rows[nxt].superseded_by
-        else:
-            frontier = list(self._rows[entry_id].supersedes)
-            while frontier:
-                cur = frontier.pop()
-                if cur in seen or cur not in self._rows:
-                    continue
-                seen.add(cur)
-                if cur in admitted:
-                    count += 1
-                frontier.extend(self._rows[cur].supersedes)
-        return count
-
     # -- calibration --------------------------------------------------------------------------------------
 
-    def gate_statistics(self, texts: Sequence[str], *, session_id: str | None = None,
-                        mode: str = "hybrid") -> list[float]:
-        """The gate statistic each query would get now (no receipts, no events)."""
+    def _measure(self, texts: Sequence[str], session_id: str | None, mode: str) -> list[Selection]:
         if mode not in MODES:
             raise InvalidInput(f"mode: expected one of {MODES}, got {mode!r}")
         if isinstance(texts, str):
             raise InvalidInput("texts: expected a list of str, got a single str")
-        texts = [t.strip() for t in texts]
-        if not all(texts):
+        texts = [t.strip() if isinstance(t, str) else t for t in texts]
+        if not all(isinstance(t, str) and t for t in texts):
             raise InvalidInput("texts: expected non-empty strings")
         vectors = self._encode(texts)
-        out = []
         with self._lock:
             self._sync()
             now = self._now()
-            for text, vec in zip(texts, vectors):
-                sel, _ = self._retrieve(text, vec, session_id=session_id, wanted={}, kind_set=None, limit=5,
-                                        mode=mode, since=None, until=None, query_labels={}, now=now)
-                out.append(sel.statistic if sel.statistic is not None else -1.0)
-        return out
+            return [self._retrieve(text, vec, session_id=session_id, wanted={}, kind_set=None, limit=5, mode=mode,
+                                   since=None, until=None, query_labels={}, now=now)[0]
+                    for text, vec in zip(texts, vectors)]
+
+    def gate_statistics(self, texts: Sequence[str], *, session_id: str | None = None,
+                        mode: str = "hybrid") -> list[float | None]:
+        """The verdict statistic each query would get now (no receipts, no events).
+
+        None for a query the gate does not decide: one with an exact rare
+        token or a time window that matches entries (admitted regardless), and
+        -1 for one with no candidates at all.
+        """
+        return [None if sel.override is not None else (-1.0 if sel.statistic is None else sel.statistic)
+                for sel in self._measure(texts, session_id, mode)]
 
     def calibrate(self, related: Sequence[str], unrelated: Sequence[str], *, session_id: str | None = None,
-                  error_budget: float = 0.1, modes: Iterable[str] = MODES, holdout_fraction: float = 0.3,
+                  error_budget: float = 0.2, modes: Iterable[str] = MODES, holdout_fraction: float = 0.0,
                   seed: int = 0) -> dict[str, Gate]:
         """Derive and store the abstention gates from held-out queries.
 
         ``related`` are queries this memory holds an answer to, ``unrelated``
         queries it does not; neither should be queries you will evaluate on.
-        For each mode the gate statistic is measured on both groups and
-        :func:`hopmem.gates.calibrate` picks ``tau`` (at most ``error_budget``
-        of the unrelated queries admitted on the fitting part). The gates are
-        stored in the file and used by every later recall of this namespace.
+        For each mode two gates are fitted with :func:`hopmem.gates.calibrate`
+        (at most ``error_budget`` of the unrelated queries pass, on the fitting
+        part): the verdict gate on the recall statistic (does the memory hold
+        anything relevant?) and the band gate on the best hit's evidence (how
+        strong is a hit: "vague" below its ``tau``, "vivid" from its median
+        relevant value). Queries the gate does not decide (an exact rare token
+        or a time window matched) are left out. Both are stored in the file and
+        used by every later recall of this namespace. Returns the verdict gates.
         """
-        gates = {}
+        gates: dict[str, Gate] = {}
+        bands: dict[str, Gate] = {}
         for mode in modes:
-            rel = self.gate_statistics(related, session_id=session_id, mode=mode)
-            unrel = self.gate_statistics(unrelated, session_id=session_id, mode=mode)
-            gates[mode] = _calibrate_scores(rel, unrel, error_budget, holdout_fraction=holdout_fraction,
-                                            seed=seed, writes=len(self._rows), locations=len(self._rows))
-        self.set_gates(gates)
+            rel = [sel for sel in self._measure(related, session_id, mode) if sel.override is None]
+            unrel = [sel for sel in self._measure(unrelated, session_id, mode) if sel.override is None]
+            n = len(self._rows)
+            common = dict(holdout_fraction=holdout_fraction, seed=seed, writes=n, locations=n)
+            gates[mode] = _calibrate_scores([-1.0 if s.statistic is None else s.statistic for s in rel],
+                                            [-1.0 if s.statistic is None else s.statistic for s in unrel],
+                                            error_budget, **common)
+            bands[mode] = _calibrate_scores([-1.0 if s.evidence is None else s.evidence for s in rel],
+                                            [-1.0 if s.evidence is None else s.evidence for s in unrel],
+                                            error_budget, **common)
+        self.set_gates(gates, bands)
         return gates
 
-    def set_gates(self, gates: Mapping[str, Gate | None]) -> None:
-        """Store gates (``None`` removes one, back to the default)."""
+    def set_gates(self, gates: Mapping[str, Gate | None], band_gates: Mapping[str, Gate] | None = None) -> None:
+        """Store verdict gates (``None`` removes one, back to the default) and, optionally, band gates.
+
+        A mode given a verdict gate but no band gate bands its hits with the
+        verdict gate's cut points.
+        """
         self._check_open()
+        band_gates = dict(band_gates or {})
         with self._lock:
             with self._store.transaction():
                 for mode, gate in gates.items():
                     if mode not in MODES:
                         raise InvalidInput(f"gates: unknown mode {mode!r}; expected one of {MODES}")
-                    key = f"gate:{self.namespace}:{mode}"
+                    key, band_key = f"gate:{self.namespace}:{mode}", f"bands:{self.namespace}:{mode}"
+                    band = band_gates.get(mode)
+                    for name, value in (("gate", gate), ("band gate", band)):
+                        if value is not None and not isinstance(value, Gate):
+                            raise InvalidInput(f"{name} of {mode!r}: expected a Gate, got {type(value).__name__}")
                     if gate is None:
                         self._store.delete_meta(key)
+                        self._store.delete_meta(band_key)
                         self._gates.pop(mode, None)
+                        self._band_gates.pop(mode, None)
+                        continue
+                    self._store.set_json(key, gate.to_dict())
+                    self._gates[mode] = gate
+                    if band is None:
+                        self._store.delete_meta(band_key)
+                        self._band_gates.pop(mode, None)
                     else:
-                        if not isinstance(gate, Gate):
-                            raise InvalidInput(f"gates[{mode!r}]: expected a Gate, got {type(gate).__name__}")
-                        self._store.set_json(key, gate.to_dict())
-                        self._gates[mode] = gate
+                        self._store.set_json(band_key, band.to_dict())
+                        self._band_gates[mode] = band
             self._data_version = self._store.data_version()
 
     @property
     def gates(self) -> dict[str, Gate]:
-        """The calibrated gates (modes without one use :data:`DEFAULT_GATES`)."""
+        """The calibrated verdict gates (modes without one use :data:`DEFAULT_GATES`)."""
         return dict(self._gates)
+
+    @property
+    def band_gates(self) -> dict[str, Gate]:
+        """The calibrated band gates (hits are banded by the verdict gate where none is set)."""
+        return dict(self._band_gates)
 
     # -- selections and feedback ---------------------------------------------------------------------------
 
@@ -1579,7 +1856,7 @@ class AgentMemory:
                 return False
             now = self._now()
             with self._store.transaction():
-                self._store.delete_entries(self._fts, self.namespace, [row.id])
+                self._delete([row])
             self._data_version = self._store.data_version()
             self._drop_rows([row.id])
         self._emit("forgotten", row.session_id, now, id=row.id, text=row.text)
@@ -1615,11 +1892,20 @@ class AgentMemory:
             expired = [r for r in self._rows.values() if self._expired(r, now)]
             suppressed = [r for r in self._rows.values() if not self._expired(r, now) and self._suppressed(r, now)]
             gone = expired + suppressed
+            leaving: dict[str | None, int] = {}
+            for row in gone:
+                leaving[row.part] = leaving.get(row.part, 0) + 1
+            emptied = [k for k, n in leaving.items() if k is not None and self._parts[k].live == n]
             with self._store.transaction():
-                self._store.delete_entries(self._fts, self.namespace, [r.id for r in gone])
+                self._delete(gone)
                 receipts = self._store.prune_receipts(self.namespace, now, self.max_receipts)
+                for key in emptied:  # a finished session leaves no table behind
+                    self._store.drop_fts(self.namespace, key)
             self._data_version = self._store.data_version()
             self._drop_rows([r.id for r in gone])
+            for key in emptied:
+                self._fts.pop(key, None)
+                self._parts.pop(key, None)
         for row in expired:
             if not row.expired_notified:
                 self._emit("expired", row.session_id, now, id=row.id, text=row.text, expires_at=row.expires_at)
@@ -1677,7 +1963,7 @@ class AgentMemory:
                 self._store.set_json("encoder", {"name": str(getattr(encoder, "name", type(encoder).__name__)),
                                                  "dimension": dim, "fingerprint": str(encoder.fingerprint)})
                 self._store.set_json("centerer", centerer.to_dict())
-                self._store.conn.execute("DELETE FROM meta WHERE key LIKE 'gate:%'")
+                self._store.conn.execute("DELETE FROM meta WHERE key LIKE 'gate:%' OR key LIKE 'bands:%'")
             self.encoder = encoder
             self.dim = dim
             self.centerer = centerer

@@ -2,8 +2,9 @@
 
 One file (WAL) holds any number of namespaces. Every query that reads or
 changes entries names its namespace: the namespace is a storage partition, not
-a tag. Each namespace has its own FTS5 table (``porter unicode61`` tokenizer),
-so BM25 statistics and keyword candidates never mix tenants.
+a tag. Each visibility partition (a namespace's shared pool, and each session
+of it) has its own FTS5 table (``porter unicode61`` tokenizer), so BM25
+statistics and keyword candidates never mix tenants or sessions.
 
 Tables
     ``meta``      key/value: schema version, dimension, encoder name and
@@ -13,7 +14,8 @@ Tables
                   supersession link, utility aggregates, exposure count).
     ``variants``  texts merged into an entry (a merge never destroys text).
     ``receipts``  short-lived selection receipts for :meth:`complete`.
-    ``fts_<h>``   per-namespace FTS5 index over ``entries.text``.
+    ``fts_tables`` which FTS5 table serves which partition.
+    ``fts_<h>``   one FTS5 index over ``entries.text`` per partition.
 
 All writes run in explicit ``BEGIN IMMEDIATE`` transactions; an entry is
 committed before :meth:`AgentMemory.remember` returns.
@@ -94,7 +96,13 @@ CREATE TABLE IF NOT EXISTS receipts (
     expires_at REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS receipts_age ON receipts (namespace, created_at);
-CREATE TABLE IF NOT EXISTS namespaces (name TEXT PRIMARY KEY, fts TEXT NOT NULL, created_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS fts_tables (
+    namespace TEXT NOT NULL,
+    session_key TEXT NOT NULL,
+    name TEXT NOT NULL UNIQUE,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (namespace, session_key)
+);
 CREATE TABLE IF NOT EXISTS migrations (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL, note TEXT);
 """
 
@@ -139,7 +147,6 @@ class AgentStore:
         except sqlite3.DatabaseError as exc:
             raise CorruptStore(f"cannot open {self.path} as an agent memory: {exc}") from exc
         self._lock = threading.RLock()
-        self._fts: dict[str, str] = {}
 
     # -- plumbing --------------------------------------------------------------------
 
@@ -188,26 +195,41 @@ class AgentStore:
     def set_json(self, key: str, value: Any) -> None:
         self.set_meta(key, json.dumps(value, sort_keys=True))
 
-    # -- namespaces and their FTS tables ----------------------------------------------------
+    # -- FTS tables: one per visibility partition --------------------------------------------
 
-    def fts_table(self, namespace: str, *, now: float, create: bool = True) -> str | None:
-        """The FTS5 table of ``namespace`` (created on first use)."""
-        name = self._fts.get(namespace)
-        if name is not None:
-            return name
-        row = self.conn.execute("SELECT fts FROM namespaces WHERE name = ?", (namespace,)).fetchone()
-        if row is None:
-            if not create:
-                return None
-            name = "fts_" + hashlib.sha256(namespace.encode("utf-8")).hexdigest()[:20]
-            with self.transaction():
-                self.conn.execute(
-                    f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5(text, tokenize='porter unicode61')")
-                self.conn.execute("INSERT OR IGNORE INTO namespaces VALUES (?, ?, ?)", (namespace, name, now))
-        else:
-            name = row[0]
-        self._fts[namespace] = name
+    @staticmethod
+    def _session_key(session_id: str | None) -> str:
+        return "" if session_id is None else "s:" + session_id
+
+    def fts_tables(self, namespace: str) -> dict[str | None, str]:
+        """The FTS5 table of each partition of ``namespace``: ``None`` (shared) or a session id."""
+        out: dict[str | None, str] = {}
+        for key, name in self.conn.execute("SELECT session_key, name FROM fts_tables WHERE namespace = ?", (namespace,)):
+            out[None if key == "" else key[2:]] = name
+        return out
+
+    def create_fts(self, namespace: str, session_id: str | None, *, now: float) -> str:
+        """Create (if needed) and return the FTS5 table of one partition, in its own transaction."""
+        key = self._session_key(session_id)
+        row = self.conn.execute("SELECT name FROM fts_tables WHERE namespace = ? AND session_key = ?",
+                                (namespace, key)).fetchone()
+        if row is not None:
+            return row[0]
+        name = "fts_" + hashlib.sha256(f"{namespace}\x00{key}".encode("utf-8")).hexdigest()[:24]
+        with self.transaction():
+            self.conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5(text, tokenize='porter unicode61')")
+            self.conn.execute("INSERT OR IGNORE INTO fts_tables VALUES (?, ?, ?, ?)", (namespace, key, name, now))
         return name
+
+    def drop_fts(self, namespace: str, session_id: str | None) -> None:
+        """Drop an (empty) partition's FTS table; inside the caller's transaction."""
+        key = self._session_key(session_id)
+        row = self.conn.execute("SELECT name FROM fts_tables WHERE namespace = ? AND session_key = ?",
+                                (namespace, key)).fetchone()
+        if row is None:
+            return
+        self.conn.execute(f"DROP TABLE IF EXISTS {row[0]}")
+        self.conn.execute("DELETE FROM fts_tables WHERE namespace = ? AND session_key = ?", (namespace, key))
 
     # -- entries -------------------------------------------------------------------------------
 
@@ -221,23 +243,29 @@ class AgentStore:
 
     def update_entry(self, entry_id: int, namespace: str, **values: Any) -> None:
         sets = ", ".join(f"{k} = ?" for k in values)
-        self.conn.execute(f"UPDATE entries SET {sets} WHERE id = ? AND namespace = ?",
+        # "+namespace": look rows up by id, never by scanning the namespace index
+        self.conn.execute(f"UPDATE entries SET {sets} WHERE id = ? AND +namespace = ?",
                           [*values.values(), entry_id, namespace])
 
-    def delete_entries(self, fts: str, namespace: str, ids: Sequence[int]) -> int:
-        if not ids:
-            return 0
+    def delete_entries(self, namespace: str, ids_by_fts: dict[str, list[int]]) -> int:
+        """Delete entries (and their FTS rows), given as ``{fts table: [ids]}``."""
         n = 0
-        for chunk in _chunks(list(ids), 500):
-            marks = ",".join("?" * len(chunk))
-            cur = self.conn.execute(f"DELETE FROM entries WHERE namespace = ? AND id IN ({marks})", [namespace, *chunk])
-            n += cur.rowcount
-            self.conn.execute(f"DELETE FROM {fts} WHERE rowid IN ({marks})", chunk)
-            # links into deleted rows dangle otherwise
-            self.conn.execute(
-                f"UPDATE entries SET superseded_by = NULL WHERE namespace = ? AND superseded_by IN ({marks})",
-                [namespace, *chunk])
+        for fts, ids in ids_by_fts.items():
+            for chunk in _chunks(list(ids), 500):
+                marks = ",".join("?" * len(chunk))
+                cur = self.conn.execute(f"DELETE FROM entries WHERE +namespace = ? AND id IN ({marks})",
+                                        [namespace, *chunk])
+                n += cur.rowcount
+                self.conn.execute(f"DELETE FROM {fts} WHERE rowid IN ({marks})", chunk)
+                self._unlink(namespace, chunk)
         return n
+
+    def _unlink(self, namespace: str, chunk: list[int]) -> None:
+        """Links into deleted rows would dangle otherwise."""
+        marks = ",".join("?" * len(chunk))
+        self.conn.execute(
+            f"UPDATE entries SET superseded_by = NULL WHERE namespace = ? AND superseded_by IN ({marks})",
+            [namespace, *chunk])
 
     def add_variant(self, entry_id: int, text: str, metadata: str | None, now: float) -> None:
         self.conn.execute("INSERT INTO variants VALUES (?, ?, ?, ?)", (entry_id, text, metadata, now))
@@ -332,7 +360,7 @@ class AgentStore:
             return
         marks = ",".join("?" * len(ids))
         self.conn.execute(
-            f"UPDATE entries SET exposures = exposures + 1, last_recalled_at = ? WHERE namespace = ? AND id IN ({marks})",
+            f"UPDATE entries SET exposures = exposures + 1, last_recalled_at = ? WHERE +namespace = ? AND id IN ({marks})",
             [now, namespace, *ids])
 
 

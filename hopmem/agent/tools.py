@@ -32,7 +32,6 @@ from typing import Any
 
 from ..errors import HopmemError
 from .memory import AgentMemory, Entry, MissingIdentity, _identity
-from .retention import KINDS
 
 __all__ = ["MemoryTool", "MemoryToolkit", "memory_tools", "NOTHING_REMEMBERED"]
 
