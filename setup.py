@@ -10,7 +10,7 @@ from setuptools import Extension, setup
 # keeps the AVX2 and default clones of the kernel bit-identical (no fused FMA).
 compile_args = [] if sys.platform == "win32" else [
     "-O3", "-std=gnu99", "-ffp-contract=off", "-fno-math-errno", "-Wall",
-    "-Wno-unused-function",
+    "-Wno-unused-function", "-Wno-psabi",
 ]
 
 extensions = [
