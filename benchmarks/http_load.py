@@ -40,6 +40,21 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _summary(clients: int, latencies: list[float], elapsed: float) -> dict:
+    """Requests, throughput and latency percentiles of one phase."""
+    all_lat = sorted(latencies)
+    n = len(all_lat)
+    return {
+        "clients": clients,
+        "requests": n,
+        "seconds": elapsed,
+        "rps": n / elapsed if elapsed else 0.0,
+        "p50_ms": 1e3 * all_lat[n // 2] if n else float("nan"),
+        "p99_ms": 1e3 * all_lat[min(n - 1, int(n * 0.99))] if n else float("nan"),
+        "mean_ms": 1e3 * statistics.fmean(all_lat) if n else float("nan"),
+    }
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -144,17 +159,7 @@ def run_phase(host: str, port: int, token: str | None, method: str, path: str,
     elapsed = time.perf_counter() - t_start
     if errors:
         raise SystemExit(f"{method} {path}: {len(errors)} failed request(s), first: {errors[0]}")
-    all_lat = sorted(x for lat in latencies for x in lat)
-    n = len(all_lat)
-    return {
-        "clients": clients,
-        "requests": n,
-        "seconds": elapsed,
-        "rps": n / elapsed if elapsed else 0.0,
-        "p50_ms": 1e3 * all_lat[n // 2] if n else float("nan"),
-        "p99_ms": 1e3 * all_lat[min(n - 1, int(n * 0.99))] if n else float("nan"),
-        "mean_ms": 1e3 * statistics.fmean(all_lat) if n else float("nan"),
-    }
+    return _summary(clients, [x for lat in latencies for x in lat], elapsed)
 
 
 def process_cpu_seconds(pid: int) -> float | None:
@@ -250,17 +255,7 @@ def run_phase_raw(host: str, port: int, token: str | None, method: str, path: st
         elapsed = asyncio.run(phase())
     if errors:
         raise SystemExit(f"{method} {path}: {len(errors)} failed request(s), first: {errors[0]}")
-    all_lat = sorted(latencies)
-    n = len(all_lat)
-    return {
-        "clients": clients,
-        "requests": n,
-        "seconds": elapsed,
-        "rps": n / elapsed if elapsed else 0.0,
-        "p50_ms": 1e3 * all_lat[n // 2] if n else float("nan"),
-        "p99_ms": 1e3 * all_lat[min(n - 1, int(n * 0.99))] if n else float("nan"),
-        "mean_ms": 1e3 * statistics.fmean(all_lat) if n else float("nan"),
-    }
+    return _summary(clients, latencies, elapsed)
 
 
 def main(argv: list[str] | None = None) -> int:
