@@ -269,19 +269,32 @@ def top_k_dot(matrix: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarr
     native kernel (single thread, GIL released); normalise the rows first for
     cosine. This is the scan behind exact document resolution.
     """
+    matrix, queries, k, empty = _search_inputs("top_k_dot", matrix, queries, k)
+    if empty is not None:
+        return empty
+    from . import _kernel
+    return _kernel.search(matrix, queries, k)
+
+
+def _search_inputs(name: str, matrix: Any, queries: Any, k: Any):
+    """Validate a top-k search: float32 C-contiguous (n, d) rows and (q, d)
+    queries (one (d,) query is a batch of one), k >= 1. Returns (matrix,
+    queries, k, empty) where empty is the result for n == 0, else None."""
     if isinstance(k, bool) or int(k) != k or k < 1:
         raise InvalidInput(f"k: expected an integer >= 1, got {k!r}")
     matrix = np.ascontiguousarray(matrix, dtype=np.float32)
     queries = np.ascontiguousarray(queries, dtype=np.float32)
+    if queries.ndim == 1:
+        queries = queries.reshape(1, -1)
     if matrix.ndim != 2 or queries.ndim != 2 or matrix.shape[1] != queries.shape[1]:
         raise InvalidInput(
-            f"top_k_dot: expected matrix (n, d) and queries (q, d), got {matrix.shape} "
+            f"{name}: expected rows (n, d) and queries (q, d), got {matrix.shape} "
             f"and {queries.shape}")
+    empty = None
     if matrix.shape[0] == 0:
-        return (np.zeros((queries.shape[0], 0), np.int64),
-                np.zeros((queries.shape[0], 0), np.float32))
-    from . import _kernel
-    return _kernel.search(matrix, queries, int(k))
+        empty = (np.zeros((queries.shape[0], 0), np.int64),
+                 np.zeros((queries.shape[0], 0), np.float32))
+    return matrix, queries, int(k), empty
 
 
 def top_k_cosine(unit_rows: np.ndarray, queries: np.ndarray, k: int,
@@ -295,21 +308,11 @@ def top_k_cosine(unit_rows: np.ndarray, queries: np.ndarray, k: int,
     float32, so the answer is the same as without it. Returns ``(rows int64
     (q, k'), cosines float32 (q, k'))``, best first, ties to the lower row.
     """
-    if isinstance(k, bool) or int(k) != k or k < 1:
-        raise InvalidInput(f"k: expected an integer >= 1, got {k!r}")
-    unit_rows = np.ascontiguousarray(unit_rows, dtype=np.float32)
-    queries = np.ascontiguousarray(queries, dtype=np.float32)
-    if queries.ndim == 1:
-        queries = queries.reshape(1, -1)
-    if unit_rows.ndim != 2 or queries.ndim != 2 or unit_rows.shape[1] != queries.shape[1]:
-        raise InvalidInput(
-            f"top_k_cosine: expected rows (n, d) and queries (q, d), got {unit_rows.shape} "
-            f"and {queries.shape}")
-    if unit_rows.shape[0] == 0:
-        return (np.zeros((queries.shape[0], 0), np.int64),
-                np.zeros((queries.shape[0], 0), np.float32))
+    unit_rows, queries, k, empty = _search_inputs("top_k_cosine", unit_rows, queries, k)
+    if empty is not None:
+        return empty
     from . import _kernel
-    return _kernel.search_unit(unit_rows, half, queries, int(k))
+    return _kernel.search_unit(unit_rows, half, queries, k)
 
 
 def _cos(a: np.ndarray, b: np.ndarray) -> float:
