@@ -24,6 +24,13 @@ HM_DOTS16_ATTR static void HM_DOTS16_NAME(const hm_half *A, int64_t n, int64_t d
             const float *x = X + q * dim;
             v8f l0 = {0}, h0 = {0}, l1 = {0}, h1 = {0}, l2 = {0}, h2 = {0}, l3 = {0}, h3 = {0};
             for (int64_t i = 0; i < full; i += LANES) {
+                if (nq == 1 && j + 12 <= n) {  /* stream rows 8 ahead in (see dot4) */
+                    const hm_half *pf = a0 + 8 * dim + i;
+                    __builtin_prefetch(pf);
+                    __builtin_prefetch(pf + dim);
+                    __builtin_prefetch(pf + 2 * dim);
+                    __builtin_prefetch(pf + 3 * dim);
+                }
                 v8f xl = LD(x + i), xh = LD(x + i + 8);
                 l0 += HM_LDH(a0 + i) * xl; h0 += HM_LDH(a0 + i + 8) * xh;
                 l1 += HM_LDH(a1 + i) * xl; h1 += HM_LDH(a1 + i + 8) * xh;

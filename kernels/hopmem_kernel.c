@@ -32,6 +32,14 @@
 typedef float v8f __attribute__((vector_size(32)));
 typedef float v8f_u __attribute__((vector_size(32), aligned(4)));
 #define LD(p) (*(const v8f_u *)(p))
+typedef int v8i __attribute__((vector_size(32)));
+
+/* Whether any lane of a vector comparison is true. */
+HM_INLINE int any8(v8i m) {
+    uint64_t w[4];
+    memcpy(w, &m, sizeof w);
+    return (w[0] | w[1] | w[2] | w[3]) != 0;
+}
 
 HM_INLINE float hsum2(v8f lo, v8f hi) {
     v8f t = lo + hi;
@@ -51,11 +59,21 @@ HM_INLINE void tail16(const float *a, const float *x, int64_t rem, v8f *lo, v8f 
     *hi += LD(pa + 8) * LD(px + 8);
 }
 
-HM_INLINE void dot4(const float *a0, int64_t dim, const float *x, float *out) {
+/* pf: the first of 4 rows to prefetch while these 4 are summed (the scan asks
+ * for rows 8 ahead, so they stream in from L3 or memory before they are due:
+ * the hardware prefetcher alone leaves the scan waiting on memory), or NULL. */
+HM_INLINE void dot4(const float *a0, int64_t dim, const float *x, float *out,
+                    const float *pf) {
     const float *a1 = a0 + dim, *a2 = a1 + dim, *a3 = a2 + dim;
     v8f l0 = {0}, h0 = {0}, l1 = {0}, h1 = {0}, l2 = {0}, h2 = {0}, l3 = {0}, h3 = {0};
     int64_t i = 0;
     for (; i + LANES <= dim; i += LANES) {
+        if (pf) {
+            __builtin_prefetch(pf + i);
+            __builtin_prefetch(pf + dim + i);
+            __builtin_prefetch(pf + 2 * dim + i);
+            __builtin_prefetch(pf + 3 * dim + i);
+        }
         v8f xl = LD(x + i), xh = LD(x + i + 8);
         l0 += LD(a0 + i) * xl; h0 += LD(a0 + i + 8) * xh;
         l1 += LD(a1 + i) * xl; h1 += LD(a1 + i + 8) * xh;
@@ -105,7 +123,9 @@ HM_INLINE float dot1(const float *a, int64_t dim, const float *x) {
     return hsum16(acc);
 }
 
-HM_INLINE void dot4(const float *a0, int64_t dim, const float *x, float *out) {
+HM_INLINE void dot4(const float *a0, int64_t dim, const float *x, float *out,
+                    const float *pf) {
+    (void)pf;
     for (int r = 0; r < 4; r++) out[r] = dot1(a0 + r * dim, dim, x);
 }
 #endif
@@ -113,7 +133,8 @@ HM_INLINE void dot4(const float *a0, int64_t dim, const float *x, float *out) {
 HM_CLONES
 void hm_dots(const float *A, int64_t n, int64_t dim, const float *x, float *out) {
     int64_t j = 0;
-    for (; j + 4 <= n; j += 4) dot4(A + j * dim, dim, x, out + j);
+    for (; j + 4 <= n; j += 4)
+        dot4(A + j * dim, dim, x, out + j, j + 12 <= n ? A + (j + 8) * dim : NULL);
     for (; j < n; j++) out[j] = dot1(A + j * dim, dim, x);
 }
 
@@ -126,7 +147,7 @@ void hm_dots_batch(const float *A, int64_t n, int64_t dim, const float *X, int64
     for (; j + 4 <= n; j += 4) {
         const float *block = A + j * dim;
         for (int64_t q = 0; q < nq; q++) {
-            dot4(block, dim, X + q * dim, four);
+            dot4(block, dim, X + q * dim, four, NULL);
             float *o = out + q * n + j;
             o[0] = four[0]; o[1] = four[1]; o[2] = four[2]; o[3] = four[3];
         }
@@ -303,20 +324,98 @@ HM_INLINE double fnorm(const float *a, int64_t dim) {
 }
 #endif
 
-/* y += f * x (x float32, y float64). */
-HM_INLINE void axpy_fd(double *y, double f, const float *x, int64_t dim) {
-#if defined(__GNUC__)
-    v4d fv = {f, f, f, f};
-    int64_t i = 0;
-    for (; i + 4 <= dim; i += 4) {
-        v4d yv = LDD(y + i);
-        yv += fv * LDF4(x + i);
-        memcpy(y + i, &yv, sizeof yv);
+/* Short sums over the k activated rows, written for instruction-level
+ * parallelism: several rows (or several output lanes) are in flight at once,
+ * while every single value is still summed in exactly the order of the plain
+ * loop it replaces (fddot's lanes; j = 0, 1, ... from +0.0), so results are
+ * bit-equal to the straightforward code and to each other. */
+
+/* out[j] = fddot(rows[j], x) / norm for j < n (0 everywhere when norm < TINY). */
+HM_INLINE void fddot_rows(const float *const *rows, int64_t n, const double *x, double norm,
+                          int64_t dim, double *out) {
+    int64_t j = 0;
+    if (norm < HM_TINY) {
+        for (; j < n; j++) out[j] = 0.0;
+        return;
     }
-    for (; i < dim; i++) y[i] += f * (double)x[i];
-#else
-    for (int64_t i = 0; i < dim; i++) y[i] += f * (double)x[i];
+#if defined(__GNUC__)
+    for (; j + 4 <= n; j += 4) {
+        const float *r0 = rows[j], *r1 = rows[j + 1], *r2 = rows[j + 2], *r3 = rows[j + 3];
+        v4d l0 = {0}, h0 = {0}, l1 = {0}, h1 = {0}, l2 = {0}, h2 = {0}, l3 = {0}, h3 = {0};
+        int64_t i = 0;
+        for (; i + 8 <= dim; i += 8) {
+            v4d xl = LDD(x + i), xh = LDD(x + i + 4);
+            l0 += LDF4(r0 + i) * xl; h0 += LDF4(r0 + i + 4) * xh;
+            l1 += LDF4(r1 + i) * xl; h1 += LDF4(r1 + i + 4) * xh;
+            l2 += LDF4(r2 + i) * xl; h2 += LDF4(r2 + i + 4) * xh;
+            l3 += LDF4(r3 + i) * xl; h3 += LDF4(r3 + i + 4) * xh;
+        }
+        double t0 = 0.0, t1 = 0.0, t2 = 0.0, t3 = 0.0;
+        for (; i < dim; i++) {
+            t0 += (double)r0[i] * x[i]; t1 += (double)r1[i] * x[i];
+            t2 += (double)r2[i] * x[i]; t3 += (double)r3[i] * x[i];
+        }
+        out[j] = lanes_sum(l0, h0, t0) / norm;
+        out[j + 1] = lanes_sum(l1, h1, t1) / norm;
+        out[j + 2] = lanes_sum(l2, h2, t2) / norm;
+        out[j + 3] = lanes_sum(l3, h3, t3) / norm;
+    }
 #endif
+    for (; j < n; j++) out[j] = fddot(rows[j], x, dim) / norm;
+}
+
+/* y[i] = sum_j w[j] * u_j[i] (u_j float32), each y[i] summed in j order from
+ * +0.0, as zeroing y and adding one row after another would. */
+HM_INLINE void combine_f(double *y, const double *w, const float *const *u, int64_t n,
+                         int64_t dim) {
+    int64_t i = 0;
+#if defined(__GNUC__)
+    for (; i + 16 <= dim; i += 16) {
+        v4d y0 = {0}, y1 = {0}, y2 = {0}, y3 = {0};
+        for (int64_t j = 0; j < n; j++) {
+            v4d f = {w[j], w[j], w[j], w[j]};
+            const float *x = u[j] + i;
+            y0 += f * LDF4(x); y1 += f * LDF4(x + 4);
+            y2 += f * LDF4(x + 8); y3 += f * LDF4(x + 12);
+        }
+        memcpy(y + i, &y0, sizeof y0); memcpy(y + i + 4, &y1, sizeof y1);
+        memcpy(y + i + 8, &y2, sizeof y2); memcpy(y + i + 12, &y3, sizeof y3);
+    }
+#endif
+    for (; i < dim; i++) {
+        double t = 0.0;
+        for (int64_t j = 0; j < n; j++) t += w[j] * (double)u[j][i];
+        y[i] = t;
+    }
+}
+
+/* The same for float64 rows: y[i] = sum_j w[j] * u_j[i]. These rows (the
+ * counters) are scattered and rarely in cache: each is prefetched 64 values
+ * ahead of its use, as the hardware does not follow n interleaved streams. */
+HM_INLINE void combine_d(double *y, const double *w, const double *const *u, int64_t n,
+                         int64_t dim) {
+    int64_t i = 0;
+#if defined(__GNUC__)
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t b = 0; b < 64 && b < dim; b += 8) __builtin_prefetch(u[j] + b);
+    for (; i + 16 <= dim; i += 16) {
+        v4d y0 = {0}, y1 = {0}, y2 = {0}, y3 = {0};
+        for (int64_t j = 0; j < n; j++) {
+            v4d f = {w[j], w[j], w[j], w[j]};
+            const double *x = u[j] + i;
+            if (i + 80 <= dim) { __builtin_prefetch(x + 64); __builtin_prefetch(x + 72); }
+            y0 += f * LDD(x); y1 += f * LDD(x + 4);
+            y2 += f * LDD(x + 8); y3 += f * LDD(x + 12);
+        }
+        memcpy(y + i, &y0, sizeof y0); memcpy(y + i + 4, &y1, sizeof y1);
+        memcpy(y + i + 8, &y2, sizeof y2); memcpy(y + i + 12, &y3, sizeof y3);
+    }
+#endif
+    for (; i < dim; i++) {
+        double t = 0.0;
+        for (int64_t j = 0; j < n; j++) t += w[j] * u[j][i];
+        y[i] = t;
+    }
 }
 
 /* v /= |v| in place unless |v| < TINY; returns the norm. */
@@ -369,6 +468,99 @@ static void sort_pairs(hm_pair *p, int64_t n) {
     }
 }
 
+/* Sorted insertion of (v, row) into the k best so far, when v beats the k-th. */
+HM_INLINE void top_insert(float v, int64_t row, int64_t k, int64_t *have, int64_t *rows,
+                          float *top) {
+    if (*have == k && !(v > top[k - 1])) return;
+    int64_t p = *have < k ? *have : k - 1;
+    while (p > 0 && top[p - 1] < v) {
+        top[p] = top[p - 1];
+        rows[p] = rows[p - 1];
+        p--;
+    }
+    top[p] = v;
+    rows[p] = row;
+    if (*have < k) (*have)++;
+}
+
+/* Small k over many values, in two cheap passes instead of n insertions:
+ * the k-th largest of the block maxima is a lower bound t on the k-th largest
+ * value (at least k blocks hold a value >= t), so the answer is among the
+ * values >= t, typically a few dozen; those are sorted. The same k pairs as
+ * sorted insertion (value descending, then row ascending). Returns -2 when a
+ * NaN is seen (the caller falls back to insertion), or -1 without memory. */
+HM_INLINE int64_t top_k_blocks(const float *values, int64_t n, int64_t k, int64_t *rows,
+                               float *top) {
+    int64_t bs = n / (4 * k);
+    bs = bs < 8 ? 8 : bs - bs % 8;
+    int64_t nb = n / bs;
+    float *maxima = (float *)malloc((size_t)nb * sizeof(float));
+    int64_t *mrows = (int64_t *)malloc((size_t)k * sizeof(int64_t));
+    float *mtop = (float *)malloc((size_t)k * sizeof(float));
+    hm_pair *cand = NULL;
+    int64_t rc = -1;
+    if (!maxima || !mrows || !mtop) goto done;
+    for (int64_t b = 0; b < nb; b++) {
+        const float *v = values + b * bs;
+#if defined(__GNUC__)
+        /* Eight lanes at a time (bs is a multiple of 8); blend by mask, as C
+         * has no vector ?: and the portable clone has no max instruction. */
+        v8f m8 = LD(v);
+        v8i nan = m8 != m8;
+        for (int64_t i = 8; i < bs; i += 8) {
+            v8f x = LD(v + i);
+            v8i gt = x > m8;
+            nan |= x != x;
+            m8 = (v8f)(((v8i)x & gt) | ((v8i)m8 & ~gt));
+        }
+        if (any8(nan)) { rc = -2; goto done; }
+        float m = m8[0];
+        for (int l = 1; l < 8; l++) m = m8[l] > m ? m8[l] : m;
+#else
+        float m = v[0];
+        for (int64_t i = 0; i < bs; i++) {
+            if (v[i] != v[i]) { rc = -2; goto done; }
+            m = v[i] > m ? v[i] : m;
+        }
+#endif
+        maxima[b] = m;
+    }
+    int64_t have = 0;
+    for (int64_t b = 0; b < nb; b++) top_insert(maxima[b], b, k, &have, mrows, mtop);
+    float t = mtop[k - 1];
+    int64_t nc = 0, cap = 4 * k;
+    cand = (hm_pair *)malloc((size_t)cap * sizeof(hm_pair));
+    if (!cand) goto done;
+#if defined(__GNUC__)
+    v8f tv = {t, t, t, t, t, t, t, t};
+#endif
+    for (int64_t j0 = 0; j0 < n; j0 += 8) {
+        int64_t end = j0 + 8 < n ? j0 + 8 : n;
+#if defined(__GNUC__)
+        if (end - j0 == 8 && !any8(LD(values + j0) >= tv)) continue;  /* the usual case */
+#endif
+        for (int64_t j = j0; j < end; j++) {
+            if (!(values[j] >= t)) continue;
+            if (nc == cap) {
+                hm_pair *more = (hm_pair *)realloc(cand, (size_t)(2 * cap) * sizeof(hm_pair));
+                if (!more) goto done;
+                cand = more;
+                cap *= 2;
+            }
+            cand[nc].v = values[j];
+            cand[nc].r = j;
+            nc++;
+        }
+    }
+    sort_pairs(cand, nc);
+    for (int64_t j = 0; j < k; j++) { rows[j] = cand[j].r; top[j] = cand[j].v; }
+    rc = k;
+done:
+    free(maxima); free(mrows); free(mtop); free(cand);
+    return rc;
+}
+
+HM_CLONES
 int64_t hm_top_k(const float *values, int64_t n, int64_t k, int64_t *rows, float *top) {
     if (k > n) k = n;
     if (k <= 0) return 0;
@@ -382,22 +574,15 @@ int64_t hm_top_k(const float *values, int64_t n, int64_t k, int64_t *rows, float
         free(all);
         return k;
     }
-    /* Small k: sorted insertion; rows arrive in increasing order, so a value
-     * equal to one already kept goes after it (lower row wins ties). */
-    int64_t have = 0;
-    for (int64_t j = 0; j < n; j++) {
-        float v = values[j];
-        if (have == k && !(v > top[k - 1])) continue;
-        int64_t p = have < k ? have : k - 1;
-        while (p > 0 && top[p - 1] < v) {
-            top[p] = top[p - 1];
-            rows[p] = rows[p - 1];
-            p--;
-        }
-        top[p] = v;
-        rows[p] = j;
-        if (have < k) have++;
+    if (n >= 256) {
+        int64_t rc = top_k_blocks(values, n, k, rows, top);
+        if (rc != -2) return rc < 0 ? HM_ERR_NOMEM : rc;
     }
+    /* Sorted insertion; rows arrive in increasing order, so a value equal to
+     * one already kept goes after it (lower row wins ties). Also the answer
+     * with NaNs among the values (they are never "better" than a kept one). */
+    int64_t have = 0;
+    for (int64_t j = 0; j < n; j++) top_insert(values[j], j, k, &have, rows, top);
     return have;
 }
 
@@ -812,36 +997,36 @@ int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const flo
     int64_t d = s->dim;
     int64_t kmax = c->k < s->size ? c->k : s->size;
     act_scratch a;
-    double *buf = (double *)malloc((size_t)(3 * d + kmax) * sizeof(double));
+    size_t kp = (size_t)(kmax > 0 ? kmax : 1);
+    /* Float64: the fast result, the state and the next state [d each], the
+     * iteration's similarities and the read-out factors [k each]. */
+    double *buf = (double *)malloc((3 * (size_t)d + 2 * kp) * sizeof(double));
     /* Unit patterns in float32: half the bytes per iteration of float64 ones,
      * which matters when k is large (the state still accumulates in float64). */
-    const float **units = (const float **)malloc((size_t)(kmax > 0 ? kmax : 1) * sizeof(float *));
-    float *own_units = (float *)malloc((size_t)(kmax > 0 ? kmax : 1) * (size_t)d * sizeof(float));
-    if (!act_alloc(&a, s->size, kmax, d) || !buf || !units || !own_units) {
-        act_free(&a); free(buf); free(units); free(own_units);
-        return HM_ERR_NOMEM;
-    }
-    double *acc = buf, *xi = acc + d, *nxt = xi + d, *s_it = nxt + d;
-
-    int64_t kk = activate(s, c, q, dots, dots_error, rows, sims, &a);
+    float *own_units = (float *)malloc(kp * (size_t)d * sizeof(float));
+    const float **units = (const float **)malloc(2 * kp * sizeof(float *));
+    const double **crows = (const double **)malloc(kp * sizeof(double *));
+    int ok = act_alloc(&a, s->size, kmax, d) && buf && own_units && units && crows;
+    int64_t kk = ok ? activate(s, c, q, dots, dots_error, rows, sims, &a) : HM_ERR_NOMEM;
     act_free(&a);
-    if (kk < 0) { free(buf); free(units); free(own_units); return kk; }
+    if (kk < 0) { free(buf); free(own_units); free(units); free(crows); return kk; }
+    double *acc = buf, *xi = acc + d, *nxt = xi + d, *s_it = nxt + d, *f = s_it + kp;
+    const float **arows = units + kp;   /* the activated addresses */
 
     /* Fast read: softmax over the initial similarities, raw patterns. */
     softmax_d(sims, kk, c->beta, weights);
-    memset(acc, 0, (size_t)d * sizeof(double));
     for (int64_t j = 0; j < kk; j++) {
-        const double *cj = s->counters + rows[j] * d;
-        double f = weights[j] / s->weights[rows[j]];
-        for (int64_t i = 0; i < d; i++) acc[i] += f * cj[i];
+        crows[j] = s->counters + rows[j] * d;
+        f[j] = weights[j] / s->weights[rows[j]];
     }
+    combine_d(acc, f, crows, kk, d);
     normalize_d(acc, d);
     for (int64_t i = 0; i < d; i++) fast_result[i] = (float)acc[i];
     if (fast_only) {
         memcpy(result, fast_result, (size_t)d * sizeof(float));
         *iterations = 1;
         *converged = 1;
-        free(buf); free(units); free(own_units);
+        free(buf); free(own_units); free(units); free(crows);
         return kk;
     }
 
@@ -850,14 +1035,16 @@ int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const flo
      * made as float(normalize(x)), exactly its unit pattern, so it is reused. */
     for (int64_t j = 0; j < kk; j++) {
         int64_t row = rows[j];
+        arows[j] = s->addresses + row * d;
         if (!c->competitive && s->weights[row] == 1.0) {
-            units[j] = s->addresses + row * d;
+            units[j] = arows[j];
             continue;
         }
-        memcpy(nxt, s->counters + row * d, (size_t)d * sizeof(double));
-        normalize_d(nxt, d);
+        const double *cj = crows[j];
+        double norm = sqrt(ddot(cj, cj, d));  /* as normalize_d, without the copy */
         float *u = own_units + j * d;
-        for (int64_t i = 0; i < d; i++) u[i] = (float)nxt[i];
+        if (norm >= HM_TINY) for (int64_t i = 0; i < d; i++) u[i] = (float)(cj[i] / norm);
+        else for (int64_t i = 0; i < d; i++) u[i] = (float)cj[i];
         units[j] = u;
     }
     for (int64_t i = 0; i < d; i++) xi[i] = (double)q[i];
@@ -866,21 +1053,18 @@ int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const flo
     int8_t conv = 0;
     while (it < c->t_max) {
         it++;
-        double norm = sqrt(ddot(xi, xi, d));
-        for (int64_t j = 0; j < kk; j++)
-            s_it[j] = norm < HM_TINY ? 0.0 : fddot(s->addresses + rows[j] * d, xi, d) / norm;
+        fddot_rows(arows, kk, xi, sqrt(ddot(xi, xi, d)), d, s_it);
         softmax_d(s_it, kk, c->beta, weights);
-        memset(nxt, 0, (size_t)d * sizeof(double));
-        for (int64_t j = 0; j < kk; j++) axpy_fd(nxt, weights[j], units[j], d);
+        combine_f(nxt, weights, units, kk, d);
         normalize_d(nxt, d);
         conv = cos_d(xi, nxt, d) > 1.0 - c->epsilon;
-        memcpy(xi, nxt, (size_t)d * sizeof(double));
+        double *t = xi; xi = nxt; nxt = t;
         if (conv) break;
     }
     for (int64_t i = 0; i < d; i++) result[i] = (float)xi[i];
     *iterations = it;
     *converged = conv;
-    free(buf); free(units); free(own_units);
+    free(buf); free(own_units); free(units); free(crows);
     return kk;
 }
 
