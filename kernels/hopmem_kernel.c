@@ -845,6 +845,14 @@ typedef struct {
     double *x64;      /* [dim] */
 } write_scratch;
 
+/* Ask for a location's counters and address ahead of an update. */
+HM_INLINE void prefetch_row(const hm_state *s, int64_t row) {
+    const char *cr = (const char *)(s->counters + row * s->dim);
+    const char *ar = (const char *)(s->addresses + row * s->dim);
+    for (int64_t b = 0; b < s->dim * (int64_t)sizeof(double); b += 64) __builtin_prefetch(cr + b, 1);
+    for (int64_t b = 0; b < s->dim * (int64_t)sizeof(float); b += 64) __builtin_prefetch(ar + b, 1);
+}
+
 HM_INLINE void write_competitive(hm_state *s, const hm_config *c, const float *x, int64_t vi,
                               write_scratch *w, hm_write_log *log) {
     int64_t d = s->dim;
@@ -859,10 +867,8 @@ HM_INLINE void write_competitive(hm_state *s, const hm_config *c, const float *x
         return;
     }
     for (int64_t i = 0; i < d; i++) w->x64[i] = (double)x[i];
-    double xnorm = sqrt(ddot(w->x64, w->x64, d));
     /* The same activation as a read (compact or not, the set is exact). */
     int64_t kk = activate(s, c, x, NULL, 0.0, w->rows, w->sims, &w->act);
-    (void)xnorm;
     double s_max = w->sims[0];
     int64_t winner_id = -1;
     if (s_max > HM_TINY) {
@@ -878,7 +884,11 @@ HM_INLINE void write_competitive(hm_state *s, const hm_config *c, const float *x
             }
         }
         double eta_w = s->eta / (1.0 + s->weights[winner] / c->tau_damp);
+        prefetch_row(s, w->rows[0]);
         for (int64_t j = 0; j < kk; j++) {
+            /* The rows are scattered; the next one streams in while this one
+             * is updated (its counters row is 8 bytes a value, rarely cached). */
+            if (j + 1 < kk) prefetch_row(s, w->rows[j + 1]);
             double wj = (w->sims[j] > 0.0 ? w->sims[j] : 0.0) / s_max;
             if (wj <= 0.0) continue;
             int64_t row = w->rows[j];
