@@ -162,6 +162,61 @@ def ensure_headroom(mem: Memory, rows: int) -> None:
         reserve(rows)
 
 
+class Rewinder:
+    """Writes into a memory and puts it back to a snapshot before the next one.
+
+    A full restore allocates and copies every state array (megabytes, written
+    with non-temporal stores), so the next write would start with the address
+    matrix in main memory: 2-3x its steady-state time, a cost no long-lived
+    memory pays. Instead, only what the last write changed is copied back (its
+    touched rows, its created rows cleared, the scalars), leaving the arrays
+    where they are and warm. A write that merged locations (rows moved) gets
+    the full restore. :meth:`matches_snapshot` checks the result (untimed).
+    This reaches into the private state, as :func:`ensure_headroom` does.
+    """
+
+    def __init__(self, mem: Memory, snapshot: Snapshot) -> None:
+        self.mem, self.snapshot = mem, snapshot
+        self.row_of = {int(i): r for r, i in enumerate(snapshot.ids)}
+        self.last: Any = None
+
+    def write(self, x: np.ndarray) -> None:
+        self.last = self.mem.write(x)
+
+    def rewind(self) -> None:
+        result, self.last = self.last, None
+        if result is None:
+            return
+        state, snap = self.mem._state, self.snapshot
+        n = int(snap.ids.shape[0])
+        if result.merges or state.size < n:
+            self.mem.restore(snap)
+            ensure_headroom(self.mem, 256)
+            return
+        ids = {int(i) for t in result.touched for i in t}
+        rows = np.array(sorted(self.row_of[i] for i in ids if i in self.row_of), dtype=np.int64)
+        state.addresses[rows] = snap.addresses[rows]
+        state.counters[rows] = snap.counters[rows]
+        state.weights[rows] = snap.weights[rows]
+        if state.addresses16 is not None:
+            state.addresses16[rows] = snap.addresses[rows].astype(np.float16)
+        for array in (state.ids, state.addresses, state.counters, state.weights,
+                      state.addresses16):
+            if array is not None:
+                array[n:state.size] = 0
+        state.size = n
+        state.eta, state.writes = float(snap.eta), int(snap.writes)
+        state.next_id, state.rng = int(snap.next_id), int(snap.rng) & (2**64 - 1)
+
+    def matches_snapshot(self) -> bool:
+        """Whether the memory now holds exactly the snapshot (bit for bit)."""
+        now, snap = self.mem.snapshot(), self.snapshot
+        return all(np.array_equal(getattr(now, f), getattr(snap, f))
+                   for f in ("ids", "addresses", "counters", "weights")) and \
+            (now.eta, now.writes, now.next_id, now.rng) == \
+            (snap.eta, snap.writes, snap.next_id, snap.rng)
+
+
 def workload(d: int, mode: str, *, locations: int = LOCATIONS, seed: int = SEED,
              n_probes: int = 128, n_inputs: int = 128, n_noisy: int = 100,
              n_auc: int = 200) -> Workload:
