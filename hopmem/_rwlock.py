@@ -40,7 +40,8 @@ class RWLock:
     """
 
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._readers = 0
         self._writer = False
         self._writers_waiting = 0
@@ -53,14 +54,16 @@ class RWLock:
     def write(self) -> _WriteSide:
         return self._write_side
 
+    # Readers take the bare lock (a C-level context manager) and touch the
+    # condition only when a writer is involved: reads are the hot path.
     def acquire_read(self) -> None:
-        with self._cond:
+        with self._lock:
             while self._writer or self._writers_waiting:
                 self._cond.wait()
             self._readers += 1
 
     def release_read(self) -> None:
-        with self._cond:
+        with self._lock:
             self._readers -= 1
             if self._readers == 0 and self._writers_waiting:
                 self._cond.notify_all()

@@ -105,6 +105,9 @@ def as_vectors(value: Any, dim: int, name: str = "vectors") -> tuple[np.ndarray,
     is not already exactly that; the input is never written to) and whether a
     single vector was given.
     """
+    if (type(value) is np.ndarray and value.ndim == 1 and value.dtype == _F32
+            and value.shape[0] == dim and value.flags.c_contiguous and _all_finite(value)):
+        return value.reshape(1, dim), True  # the common query: nothing to convert
     if isinstance(value, np.ndarray):
         arr = value
     else:
@@ -133,6 +136,9 @@ def as_vectors(value: Any, dim: int, name: str = "vectors") -> tuple[np.ndarray,
         raise InvalidInput(
             f"{name}{where}: expected a finite float32 value, got {arr2[tuple(bad)]!r}")
     return out, single
+
+
+_F32 = np.dtype(np.float32)
 
 
 def _all_finite(flat: np.ndarray) -> bool:
