@@ -483,6 +483,25 @@ HM_INLINE void top_insert(float v, int64_t row, int64_t k, int64_t *have, int64_
     if (*have < k) (*have)++;
 }
 
+/* The rows j (ascending) with (double)values[j] >= cut; returns their count.
+ * Compared in float32 against the smallest float >= cut (the same test for
+ * every float), eight at a time, skipping blocks without one (nearly all). */
+HM_INLINE int64_t at_least(const float *values, int64_t n, double cut, int64_t *out) {
+    float cf = (float)cut;
+    if ((double)cf < cut) cf = nextafterf(cf, INFINITY);
+    int64_t count = 0;
+    for (int64_t j0 = 0; j0 < n; j0 += 8) {
+        int64_t end = j0 + 8 < n ? j0 + 8 : n;
+#if defined(__GNUC__)
+        v8f cv = {cf, cf, cf, cf, cf, cf, cf, cf};
+        if (end - j0 == 8 && !any8(LD(values + j0) >= cv)) continue;
+#endif
+        for (int64_t j = j0; j < end; j++)
+            if (values[j] >= cf) out[count++] = j;
+    }
+    return count;
+}
+
 /* Small k over many values, in two cheap passes instead of n insertions:
  * the k-th largest of the block maxima is a lower bound t on the k-th largest
  * value (at least k blocks hold a value >= t), so the answer is among the
@@ -498,7 +517,7 @@ HM_INLINE int64_t top_k_blocks(const float *values, int64_t n, int64_t k, int64_
     int64_t *mrows = (int64_t *)malloc((size_t)k * sizeof(int64_t));
     float *mtop = (float *)malloc((size_t)k * sizeof(float));
     hm_pair *cand = NULL;
-    int64_t rc = -1;
+    int64_t *idx = NULL, rc = -1;
     if (!maxima || !mrows || !mtop) goto done;
     for (int64_t b = 0; b < nb; b++) {
         const float *v = values + b * bs;
@@ -527,36 +546,17 @@ HM_INLINE int64_t top_k_blocks(const float *values, int64_t n, int64_t k, int64_
     }
     int64_t have = 0;
     for (int64_t b = 0; b < nb; b++) top_insert(maxima[b], b, k, &have, mrows, mtop);
-    float t = mtop[k - 1];
-    int64_t nc = 0, cap = 4 * k;
-    cand = (hm_pair *)malloc((size_t)cap * sizeof(hm_pair));
+    idx = (int64_t *)malloc((size_t)n * sizeof(int64_t));
+    if (!idx) goto done;
+    int64_t nc = at_least(values, n, (double)mtop[k - 1], idx);
+    cand = (hm_pair *)malloc((size_t)nc * sizeof(hm_pair));
     if (!cand) goto done;
-#if defined(__GNUC__)
-    v8f tv = {t, t, t, t, t, t, t, t};
-#endif
-    for (int64_t j0 = 0; j0 < n; j0 += 8) {
-        int64_t end = j0 + 8 < n ? j0 + 8 : n;
-#if defined(__GNUC__)
-        if (end - j0 == 8 && !any8(LD(values + j0) >= tv)) continue;  /* the usual case */
-#endif
-        for (int64_t j = j0; j < end; j++) {
-            if (!(values[j] >= t)) continue;
-            if (nc == cap) {
-                hm_pair *more = (hm_pair *)realloc(cand, (size_t)(2 * cap) * sizeof(hm_pair));
-                if (!more) goto done;
-                cand = more;
-                cap *= 2;
-            }
-            cand[nc].v = values[j];
-            cand[nc].r = j;
-            nc++;
-        }
-    }
+    for (int64_t j = 0; j < nc; j++) { cand[j].v = values[idx[j]]; cand[j].r = idx[j]; }
     sort_pairs(cand, nc);
     for (int64_t j = 0; j < k; j++) { rows[j] = cand[j].r; top[j] = cand[j].v; }
     rc = k;
 done:
-    free(maxima); free(mrows); free(mtop); free(cand);
+    free(maxima); free(mrows); free(mtop); free(idx); free(cand);
     return rc;
 }
 
@@ -790,9 +790,7 @@ HM_INLINE int64_t activate(const hm_state *s, const hm_config *c, const float *q
     int64_t kk = hm_top_k(scores, L, c->k, rows, a->top);
     if (kk > 0 && scores_error > 0.0 && qnorm >= HM_TINY) {
         double cut = (double)a->top[kk - 1] - scores_error;  /* |qhat| = 1 */
-        int64_t nc = 0;
-        for (int64_t j = 0; j < L; j++)
-            if ((double)scores[j] >= cut) a->cand[nc++] = j;
+        int64_t nc = at_least(scores, L, cut, a->cand);
         for (int64_t j = 0; j < nc; j++) {
             const char *row = (const char *)(s->addresses + a->cand[j] * d);
             for (int64_t b = 0; b < d * (int64_t)sizeof(float); b += 64) __builtin_prefetch(row + b);
