@@ -21,7 +21,8 @@ kernel breaks ties by the lower row).
 
 from __future__ import annotations
 
-from typing import Callable, Literal
+from array import array
+from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 
@@ -234,8 +235,10 @@ class PostingIndex:
     a location that was merged away belongs to the survivor.
 
     Layout: a compact base (location ids sorted, offsets, document ids: CSR
-    arrays, 8 bytes per posting) plus a small delta (Python lists) for what was
-    added since, folded into the base when it grows; merges after the build
+    arrays, 8 bytes per posting) plus a small delta (``array('q')`` per
+    location: not tracked by the garbage collector, which would otherwise walk
+    every posting of the delta on each full collection) for what was added
+    since, folded into the base when it grows; merges after the build
     are kept as survivor -> absorbed locations. Deleted documents are not
     removed at once (the caller filters candidates against the live documents,
     see :meth:`VectorIndex.alive`); :meth:`compact` drops them. Thread safe.
@@ -245,7 +248,7 @@ class PostingIndex:
         self._keys = np.zeros(0, np.int64)     # sorted location ids of the base
         self._starts = np.zeros(1, np.int64)   # _keys[i] holds _docs[_starts[i]:_starts[i + 1]]
         self._docs = np.zeros(0, np.int64)
-        self._delta: dict[int, list[int]] = {}
+        self._delta: dict[int, array] = {}
         self._delta_size = 0
         self._absorbed: dict[int, list[int]] = {}  # survivor -> base keys merged into it
         self._gone: set[int] = set()                # locations merged away since the build
@@ -288,11 +291,21 @@ class PostingIndex:
         return self._docs[:0]
 
     def add(self, doc_id: int, locations: np.ndarray) -> None:
+        self.add_many([doc_id], [locations])
+
+    def add_many(self, doc_ids: Sequence[int], postings: Sequence[Any]) -> None:
+        """Post each document ``doc_ids[i]`` on the locations ``postings[i]`` (ids)."""
         with self._lock.write():
-            locs = np.asarray(locations).reshape(-1).tolist()
-            for loc in locs:
-                self._delta.setdefault(loc, []).append(doc_id)
-            self._delta_size += len(locs)
+            delta = self._delta
+            for doc_id, locations in zip(doc_ids, postings):
+                locs = (np.asarray(locations).reshape(-1).tolist()
+                        if isinstance(locations, np.ndarray) else list(locations))
+                for loc in locs:
+                    docs = delta.get(loc)
+                    if docs is None:
+                        docs = delta[loc] = array("q")
+                    docs.append(doc_id)
+                self._delta_size += len(locs)
             if self._delta_size > max(200_000, self._docs.size):
                 self._fold(None)
 
@@ -303,7 +316,7 @@ class PostingIndex:
                 removed, survivor = int(removed), int(survivor)
                 moved = self._delta.pop(removed, None)
                 if moved:
-                    self._delta.setdefault(survivor, []).extend(moved)
+                    self._delta.setdefault(survivor, array("q")).extend(moved)
                 absorbed = self._absorbed.setdefault(survivor, [])
                 absorbed.append(removed)
                 absorbed.extend(self._absorbed.pop(removed, ()))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import struct
 import threading
 import time
 import zlib
@@ -84,6 +85,11 @@ class CollectionStats(Stats):
     documents: int = 0
 
 
+# json.dumps(item, allow_nan=False, ensure_ascii=False, separators=(",", ":")),
+# without building an encoder per document.
+_METADATA_JSON = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+
+
 def _encode_metadata(metadata: Any, n: int, single: bool) -> list[str] | None:
     if metadata is None:
         return None
@@ -101,8 +107,7 @@ def _encode_metadata(metadata: Any, n: int, single: bool) -> list[str] | None:
     out = []
     for i, item in enumerate(items):
         try:
-            out.append(json.dumps(item, allow_nan=False, ensure_ascii=False,
-                                  separators=(",", ":")))
+            out.append(_METADATA_JSON.encode(item))
         except (TypeError, ValueError) as exc:
             where = "metadata" if single else f"metadata[{i}]"
             raise InvalidInput(f"{where}: expected a JSON value, got {type(item).__name__} "
@@ -110,12 +115,17 @@ def _encode_metadata(metadata: Any, n: int, single: bool) -> list[str] | None:
     return out
 
 
-def _posting_list(result: WriteResult, i: int) -> np.ndarray:
+def _posting_list(result: WriteResult, i: int) -> list[int]:
     """``result.postings(i)`` (ids vector ``i`` touched or created, sorted, unique), cheaper
     for the ~k ids of one vector than NumPy's unique."""
     ids = set(result.touched[i].tolist())
     ids.update(result.created[i].tolist())
-    return np.array(sorted(ids), dtype="<i8")
+    return sorted(ids)
+
+
+def _int64s(values: list[int]) -> bytes:
+    """Little-endian int64 bytes (a posting list as stored)."""
+    return struct.pack(f"<{len(values)}q", *values)
 
 
 def _opaque_json(value: Any, what: str) -> str | None:
@@ -365,8 +375,7 @@ class Collection:
                 if self._index is not None:
                     self._index.add(np.asarray(ids, np.int64), X)
                 if self._posting_index is not None:
-                    for doc, locs in zip(ids, postings):
-                        self._posting_index.add(doc, locs)
+                    self._posting_index.add_many(ids, postings)
             if result.merges and self._posting_index is not None:
                 self._posting_index.merge(result.merges)
             self._maybe_checkpoint()
@@ -374,12 +383,12 @@ class Collection:
                                  ids=ids, seq=seq)
 
     def _insert_documents(self, conn, jid: int, first_id: int, metas: list[str], now: float,
-                          postings: list[np.ndarray]) -> None:
+                          postings: list[list[int]]) -> None:
         cid = self._cid
         conn.executemany(
             "INSERT INTO documents (cid, doc_id, jid, pos, metadata, created_at, locations) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [(cid, first_id + i, jid, i, m, now, postings[i].tobytes())
+            [(cid, first_id + i, jid, i, m, now, _int64s(postings[i]))
              for i, m in enumerate(metas)])
         conn.execute("UPDATE collections SET next_doc_id = ? WHERE cid = ?",
                      (first_id + len(metas), cid))
