@@ -334,7 +334,9 @@ class PostingIndex:
                     parts.append(self._base(old))
                 extra = self._delta.get(loc)
                 if extra:
-                    parts.append(np.asarray(extra, np.int64))
+                    # A copy: a view would pin the array('q'), and a writer's
+                    # append to it after the lock is released would fail.
+                    parts.append(np.array(extra, np.int64))
         if not parts:
             return np.zeros(0, np.int64)
         return np.unique(np.concatenate(parts))

@@ -261,3 +261,31 @@ def test_radix_argsort_of_ids_is_a_stable_argsort(top):
 
     x = np.random.default_rng(top).integers(0, top, 5000)
     assert np.array_equal(_argsort_ids(x), np.argsort(x, kind="stable"))
+
+
+def test_posting_index_reads_and_adds_from_threads():
+    """Readers copy what they take from the delta: a view would pin its buffer
+    and make a concurrent add fail (BufferError)."""
+    import threading
+
+    index = PostingIndex()
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        try:
+            while not stop.is_set():
+                index.documents(np.arange(8))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        for doc in range(20_000):
+            index.add_many([doc], [[doc % 8]])
+    finally:
+        stop.set()
+        reader.join()
+    assert not errors, errors
+    assert index.documents(np.array([3])).tolist() == list(range(3, 20_000, 8))
