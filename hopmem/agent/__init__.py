@@ -31,10 +31,11 @@ from .memory import (
 from .retention import DEFAULT_KINDS, KINDS, ForgettingPolicy, KindPolicy
 from .temporal import TimeHints, parse_time_hints
 from .tools import NOTHING_REMEMBERED, MemoryTool, MemoryToolkit, memory_tools
+from .verdict import DEFAULT_MODELS, VerdictModel
 
 __all__ = [
     "AgentMemory", "Entry", "Explanation", "Hit", "Selection", "RecallConfig", "MissingIdentity",
-    "MODES", "DEFAULT_GATES", "DEFAULT_BAND_GATES",
+    "MODES", "DEFAULT_GATES", "DEFAULT_BAND_GATES", "DEFAULT_MODELS", "VerdictModel",
     "LabelPolicy", "ForgettingPolicy", "KindPolicy", "KINDS", "DEFAULT_KINDS",
     "EventBus", "MemoryEvent", "EVENT_TYPES",
     "memory_tools", "MemoryTool", "MemoryToolkit", "NOTHING_REMEMBERED",

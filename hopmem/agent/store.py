@@ -285,10 +285,6 @@ class AgentStore:
     def entry_ids(self, namespace: str) -> list[int]:
         return [r[0] for r in self.conn.execute("SELECT id FROM entries WHERE namespace = ?", (namespace,))]
 
-    def find_norm_text(self, namespace: str, norm_text: str) -> list[int]:
-        return [r[0] for r in self.conn.execute(
-            "SELECT id FROM entries WHERE namespace = ? AND norm_text = ?", (namespace, norm_text))]
-
     # -- keyword search ------------------------------------------------------------------------
 
     def keyword_search(self, fts: str, match: str, limit: int) -> list[tuple[int, float]]:
@@ -307,22 +303,6 @@ class AgentStore:
             return [int(r[0]) for r in rows]
         except sqlite3.OperationalError:
             return []
-
-    def terms_in(self, fts: str, term_queries: Sequence[tuple[str, str]], ids: Sequence[int]) -> dict[int, list[str]]:
-        """For each entry in ``ids``, which of ``term_queries`` ((term, FTS query)) it matches."""
-        out: dict[int, list[str]] = {i: [] for i in ids}
-        if not ids:
-            return out
-        marks = ",".join("?" * len(ids))
-        for term, query in term_queries:
-            try:
-                rows = self.conn.execute(
-                    f"SELECT rowid FROM {fts} WHERE {fts} MATCH ? AND rowid IN ({marks})", [query, *ids])
-            except sqlite3.OperationalError:
-                continue
-            for (rowid,) in rows:
-                out[int(rowid)].append(term)
-        return out
 
     # -- receipts ------------------------------------------------------------------------------
 

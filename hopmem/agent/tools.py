@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import HopmemError
-from .memory import AgentMemory, Entry, MissingIdentity, _identity
+from .memory import AgentMemory, Entry, MissingIdentity
+from .validation import identity
 
 __all__ = ["MemoryTool", "MemoryToolkit", "memory_tools", "NOTHING_REMEMBERED"]
 
@@ -192,7 +193,7 @@ def memory_tools(
             raise MissingIdentity("shared_only tools take no session_id")
         bound_session = None
     else:
-        bound_session = _identity(session_id, "session_id", required=True)
+        bound_session = identity(session_id, "session_id", required=True)
     durabilities = ["session"] if bound_session is not None else []
     if allow_shared_writes:
         durabilities.insert(0, "shared")

@@ -1,0 +1,122 @@
+"""Retrieval and admission parameters of the agent memory (:class:`RecallConfig`) and its modes.
+
+The defaults are documented in docs/agent-memory.md.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ..errors import InvalidInput
+
+__all__ = ["MODES", "DURABILITIES", "DEFAULT_UPDATE_CUES", "DEFAULT_RRF_WEIGHTS", "RecallConfig"]
+
+MODES = ("hybrid", "associative", "keyword")
+DURABILITIES = ("shared", "session")
+
+
+#: Words that phrase a statement as a change of an earlier one. A new statement
+#: containing one supersedes its most similar current statement (same kind and
+#: scope, cosine >= ``supersede_cosine``). English only; replace or disable
+#: (``update_cues=None``: every similar statement supersedes) in RecallConfig.
+DEFAULT_UPDATE_CUES = (
+    r"\b(now|new|newer|moved|moves|switched|changed|replaced|instead|no longer|increased|decreased|dropped|"
+    r"raised|lowered|grown|improved|slipped|again|down to|up to|cut down|latest|retired|refinanced|migrated|"
+    r"finished|upgraded|downgraded|rescheduled|postponed|reduced|updated|anymore|any more|stopped|started|"
+    r"promoted|renamed|left|quit|became|nowadays|currently)\b"
+)
+
+
+#: Weight of each ranked list in reciprocal rank fusion.
+DEFAULT_RRF_WEIGHTS: Mapping[str, float] = {
+    "semantic": 1.0, "associative": 0.5, "keyword": 1.0, "exact": 1.0, "time": 1.0,
+}
+
+
+@dataclass(frozen=True)
+class RecallConfig:
+    """Retrieval and admission parameters; the defaults are documented in docs/agent-memory.md.
+
+    Evidence of one candidate entry ``e`` for the query ``q`` (centred unit
+    vectors, ``r`` the engine's reconstruction, ``f = cos(q, r)``):
+
+    * ``semantic = cos(q, e)``; ``associative = max(f, 0) * cos(r, e)``;
+      ``path = max(semantic, associative)`` (as in :mod:`hopmem.recall`);
+    * ``keyword = b / (b + bm25_half)`` with ``b`` the entry's BM25 score for
+      the query's words (always-positive IDF, see :func:`hopmem.agent.evidence.lexical_scorer`);
+    * hybrid ``evidence = path + keyword_weight * keyword``; associative mode
+      uses ``path``; keyword mode uses ``keyword``.
+
+    The verdict (abstain or not) compares one statistic with the verdict
+    gate's ``tau``. With ``verdict="model"`` (the default) the statistic is the
+    log-odds of a logistic model over the mode's verdict features (the best
+    candidate's evidence, the query's novelty, the semantic margin; see
+    :mod:`hopmem.agent.verdict`), fitted by :meth:`AgentMemory.calibrate`.
+    With ``verdict="grounding"`` it is a fixed formula: hybrid ``best keyword
+    + grounding_semantic_weight * best path``, keyword mode the best keyword,
+    associative mode the best path (or, with
+    ``associative_statistic="first_contact"``, the read's first contact);
+    modes that read keywords subtract ``novelty_weight * novelty`` (the share
+    of the query's IDF mass in words no visible entry contains). Once the
+    verdict is yes, a hit needs ``evidence >= floor_ratio * best evidence``; the
+    band gate labels it. Independently of the verdict, a rare exact token or
+    the query's time window admits an entry, and the newer (or older) version
+    of an admitted hit is pulled in on its own evidence.
+    """
+
+    beta: float = 30.0
+    assoc_k: int = 32
+    activation: str = "compact"
+    over_fetch: int = 50
+    rrf_k: float = 20.0
+    keyword_weight: float = 0.5
+    grounding_semantic_weight: float = 0.3
+    novelty_weight: float = 0.2
+    common_fraction: float = 0.05
+    bm25_half: float = 4.0
+    floor_ratio: float = 0.6
+    close_margin: float = 0.02
+    rare_min: int = 3
+    rare_fraction: float = 0.01
+    dedup_cosine: float = 0.95
+    supersede_cosine: float = 0.5
+    update_cues: str | None = DEFAULT_UPDATE_CUES
+    label_boost: float = 0.15
+    utility_boost: float = 0.25
+    recency_boost: float = 0.1
+    rrf_weights: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_RRF_WEIGHTS))
+    associative_statistic: str = "evidence"
+    verdict: str = "model"
+    rebuild_dead_fraction: float = 0.2
+
+    def __post_init__(self) -> None:
+        for name in ("beta", "rrf_k", "bm25_half"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not value > 0:
+                raise InvalidInput(f"{name}: expected a number > 0, got {value!r}")
+        for name in ("assoc_k", "over_fetch", "rare_min"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidInput(f"{name}: expected an int >= 1, got {value!r}")
+        for name in ("floor_ratio", "rare_fraction", "rebuild_dead_fraction", "common_fraction"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+                raise InvalidInput(f"{name}: expected a number in [0, 1], got {value!r}")
+        for name in ("dedup_cosine", "supersede_cosine"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not -1.0 <= value <= 1.01:
+                raise InvalidInput(f"{name}: expected a cosine in [-1, 1] (above 1 disables), got {value!r}")
+        if self.update_cues is not None:
+            try:
+                object.__setattr__(self, "_cues", re.compile(self.update_cues, re.IGNORECASE))
+            except (re.error, TypeError) as exc:
+                raise InvalidInput(f"update_cues: expected a regular expression or None: {exc}") from None
+        if self.activation not in ("exact", "compact"):
+            raise InvalidInput(f"activation: expected 'exact' or 'compact', got {self.activation!r}")
+        if self.verdict not in ("model", "grounding"):
+            raise InvalidInput(f"verdict: expected 'model' or 'grounding', got {self.verdict!r}")
+        if self.associative_statistic not in ("evidence", "first_contact"):
+            raise InvalidInput(
+                f"associative_statistic: expected 'evidence' or 'first_contact', got {self.associative_statistic!r}")

@@ -1,0 +1,311 @@
+"""The state every agent-memory operation works on, and the helpers they share.
+
+:class:`MemoryCore` holds one namespace of one SQLite file: the store, the
+encoder contract (name, dimension, fingerprint, centring mean), the in-memory
+index (:mod:`hopmem.agent.index`), the calibrated gates, the clock, the lock and
+the event bus. It loads the namespace, notices other controllers' commits, adds
+and drops rows, encodes and centres text, and derives an entry's utility,
+retention and visibility. The operations are mixins over it (writes, recall,
+calibration, feedback, maintenance); :class:`~hopmem.agent.AgentMemory` combines them.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..centering import Centerer
+from ..errors import IncompatibleStore, InvalidInput, NotFound
+from ..gates import Gate
+from . import keyword as kw
+from .config import MODES, RecallConfig
+from .events import EventBus, MemoryEvent
+from .index import Partition, Row, value_tokens
+from .labels import LabelPolicy
+from .results import Entry
+from .retention import DEFAULT_KINDS, ForgettingPolicy, KindPolicy, retention, utility
+from .store import AgentStore, blob_vector
+from .validation import identity, now_checked, seconds
+from .verdict import VerdictModel
+
+__all__ = ["MemoryCore", "centerer_reference_texts"]
+
+logger = logging.getLogger("hopmem.agent")
+
+
+def centerer_reference_texts() -> list[str]:
+    """The reference texts bundled with hopmem that fit a new file's centring mean."""
+    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "conversation.json")
+    with open(path, encoding="utf-8") as fh:
+        data = json.load(fh)
+    texts = [s["text"] for s in data.get("statements", [])]
+    texts += [q["question"] for q in data.get("related", [])]
+    texts += list(data.get("unrelated", []))
+    return texts
+
+
+class MemoryCore:
+    """One namespace of one agent-memory file, in memory; the base of :class:`~hopmem.agent.AgentMemory`."""
+
+    def _init(self, path, *, encoder, namespace, reinforcement, forgetting, clock, label_policy, labeler,
+              kinds, capacity, session_ttl, centerer, config, day_zero, receipt_ttl, max_receipts) -> None:
+        self.namespace = identity(namespace, "namespace", required=True)
+        if encoder is None or not hasattr(encoder, "encode"):
+            raise InvalidInput("encoder: expected an Encoder (with encode, name, dimension, fingerprint)")
+        self._clock = clock if clock is not None else time.time
+        if not callable(self._clock):
+            raise InvalidInput(f"clock: expected a callable returning seconds, got {type(clock).__name__}")
+        if isinstance(forgetting, (int, float)) and not isinstance(forgetting, bool):
+            forgetting = ForgettingPolicy(half_life=float(forgetting))
+        if forgetting is not None and not isinstance(forgetting, ForgettingPolicy):
+            raise InvalidInput(f"forgetting: expected a ForgettingPolicy, seconds or None, got {forgetting!r}")
+        if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1):
+            raise InvalidInput(f"capacity: expected an int >= 1 or None, got {capacity!r}")
+        if isinstance(max_receipts, bool) or not isinstance(max_receipts, int) or max_receipts < 1:
+            raise InvalidInput(f"max_receipts: expected an int >= 1, got {max_receipts!r}")
+        if label_policy is not None and not isinstance(label_policy, LabelPolicy):
+            raise InvalidInput(f"label_policy: expected a LabelPolicy, got {type(label_policy).__name__}")
+        if labeler is not None and not callable(labeler):
+            raise InvalidInput("labeler: expected a callable text -> labels")
+        self.encoder = encoder
+        self.dim = int(encoder.dimension)
+        self.reinforcement = bool(reinforcement)
+        self.forgetting = forgetting
+        self.label_policy = label_policy or LabelPolicy()
+        self.labeler = labeler
+        self.kinds: dict[str, KindPolicy] = dict(DEFAULT_KINDS)
+        if kinds:
+            for name, policy in kinds.items():
+                if not isinstance(policy, KindPolicy):
+                    raise InvalidInput(f"kinds[{name!r}]: expected a KindPolicy, got {type(policy).__name__}")
+                self.kinds[str(name)] = policy
+        self.capacity = capacity
+        self.session_ttl = seconds(session_ttl, "session_ttl")
+        self.config = config or RecallConfig()
+        if not isinstance(self.config, RecallConfig):
+            raise InvalidInput(f"config: expected a RecallConfig, got {type(self.config).__name__}")
+        self.day_zero = None if day_zero is None else float(day_zero)
+        self.receipt_ttl = seconds(receipt_ttl, "receipt_ttl")
+        self.max_receipts = max_receipts
+        self.events = EventBus()
+        self._lock = threading.RLock()
+        self._closed = False
+        now = self._now()
+        self._store = AgentStore(os.fspath(path), now=now)
+        try:
+            self._check_contract(centerer, now)
+            self._load()
+        except BaseException:
+            self._store.close()
+            raise
+
+    def _now(self) -> float:
+        return now_checked(self._clock)
+
+    def _check_contract(self, centerer: Centerer | None, now: float) -> None:
+        """Record or verify the encoder and the centring mean: never mix vector spaces."""
+        store = self._store
+        name = str(getattr(self.encoder, "name", type(self.encoder).__name__))
+        fingerprint = str(self.encoder.fingerprint)
+        recorded = store.get_json("encoder")
+        if recorded is None:
+            if centerer is None:
+                centerer = Centerer(self.dim).fit(self.encoder.encode(centerer_reference_texts()))
+            if not centerer.fitted or centerer.dim != self.dim:
+                raise InvalidInput(f"centerer: expected a fitted Centerer of dimension {self.dim}")
+            if not centerer.frozen:
+                centerer = Centerer.from_dict(centerer.to_dict()).freeze()
+            with store.transaction():
+                store.set_json("encoder", {"name": name, "dimension": self.dim, "fingerprint": fingerprint})
+                store.set_json("centerer", centerer.to_dict())
+                store.set_meta("created_at", repr(now))
+        else:
+            if recorded["dimension"] != self.dim or recorded["fingerprint"] != fingerprint:
+                raise IncompatibleStore(
+                    f"{store.path} was written with encoder {recorded['name']!r} (dimension "
+                    f"{recorded['dimension']}, fingerprint {recorded['fingerprint']}); got {name!r} (dimension "
+                    f"{self.dim}, fingerprint {fingerprint}). Open it with that encoder, or migrate with "
+                    f"AgentMemory.reembed().")
+            stored = Centerer.from_dict(store.get_json("centerer"))
+            if centerer is not None and centerer.fingerprint != stored.fingerprint:
+                raise IncompatibleStore(
+                    f"{store.path} was centred with mean {stored.fingerprint}; the centerer given has "
+                    f"{centerer.fingerprint}")
+            centerer = stored
+        self.centerer = centerer
+        self.encoder_info = {"name": name, "dimension": self.dim, "fingerprint": fingerprint}
+
+    # -- the in-memory index --------------------------------------------------------------
+
+    def _load(self) -> None:
+        recorded = self._store.get_json("encoder")
+        if recorded is not None and recorded.get("fingerprint") != self.encoder_info["fingerprint"]:
+            raise IncompatibleStore(
+                f"{self._store.path} now holds vectors of encoder {recorded.get('name')!r} (fingerprint "
+                f"{recorded.get('fingerprint')}); this controller uses {self.encoder_info['name']!r}: reopen it "
+                "with that encoder")
+        self._rows: dict[int, Row] = {}
+        self._by_time: list[tuple[float, int]] = []  # (created_at, id), sorted: time windows
+        self._parts: dict[str | None, Partition] = {}
+        self._fts: dict[str | None, str] = self._store.fts_tables(self.namespace)
+        self._ingest(self._store.load_entries(self.namespace))
+        self._data_version = self._store.data_version()
+        self._receipts = self._store.count_receipts(self.namespace)
+        self._recalls = 0
+        self._gates: dict[str, Gate] = {}
+        self._band_gates: dict[str, Gate] = {}
+        self._models: dict[str, VerdictModel] = {}  # a gate stored without one is on the grounding statistic
+        for mode in MODES:
+            raw = self._store.get_json(f"gate:{self.namespace}:{mode}")
+            if raw is not None:
+                self._gates[mode] = Gate.from_dict(raw)
+            raw = self._store.get_json(f"bands:{self.namespace}:{mode}")
+            if raw is not None:
+                self._band_gates[mode] = Gate.from_dict(raw)
+            raw = self._store.get_json(f"verdict:{self.namespace}:{mode}")
+            if raw is not None:
+                self._models[mode] = VerdictModel.from_dict(raw)
+
+    def _ingest(self, rows: Iterable[Any]) -> None:
+        for rec in rows:
+            row = Row(
+                id=int(rec["id"]), session_id=rec["session_id"], durability=rec["durability"], kind=rec["kind"],
+                text=rec["text"], norm_text=rec["norm_text"], vector=blob_vector(rec["vector"], self.dim),
+                importance=float(rec["importance"]), labels=json.loads(rec["labels"]),
+                inferred_labels=json.loads(rec["inferred_labels"]),
+                metadata=None if rec["metadata"] is None else json.loads(rec["metadata"]),
+                created_at=float(rec["created_at"]), updated_at=float(rec["updated_at"]),
+                reinforced_at=float(rec["reinforced_at"]),
+                expires_at=None if rec["expires_at"] is None else float(rec["expires_at"]),
+                merged_count=int(rec["merged_count"]),
+                superseded_by=None if rec["superseded_by"] is None else int(rec["superseded_by"]),
+                eval_sum=float(rec["eval_sum"]), eval_weight=float(rec["eval_weight"]),
+                manual_feedback=None if rec["manual_feedback"] is None else float(rec["manual_feedback"]),
+                exposures=int(rec["exposures"]), expired_notified=bool(rec["expired_notified"]),
+            )
+            self._add_row(row)
+        for row in self._rows.values():
+            row.supersedes = []
+        for row in self._rows.values():
+            if row.superseded_by is not None and row.superseded_by in self._rows:
+                self._rows[row.superseded_by].supersedes.append(row.id)
+
+    def _add_row(self, row: Row) -> None:
+        row.part = row.session_id if row.durability == "session" else None
+        row.value_tokens = value_tokens(row.text)
+        row.stems = frozenset(kw.stem(t) for t in kw.query_terms(row.text))
+        if row.supersedes is None:
+            row.supersedes = []
+        self._rows[row.id] = row
+        bisect.insort(self._by_time, (row.created_at, row.id))
+        part = self._parts.get(row.part)
+        if part is None:
+            part = self._parts[row.part] = Partition(self.dim)
+        part.append(row.id, row.vector)
+        part.engine_append(row.id)
+        part.count_terms(row.stems, +1)
+
+    def _drop_rows(self, ids: Iterable[int]) -> None:
+        for entry_id in ids:
+            row = self._rows.pop(entry_id, None)
+            if row is None:
+                continue
+            at = bisect.bisect_left(self._by_time, (row.created_at, row.id))
+            if at < len(self._by_time) and self._by_time[at] == (row.created_at, row.id):
+                del self._by_time[at]
+            part = self._parts.get(row.part)
+            if part is not None:
+                part.kill(entry_id)
+                part.count_terms(row.stems, -1)
+                part.compact_if_needed(self.config.rebuild_dead_fraction)
+            newer = self._rows.get(row.superseded_by) if row.superseded_by is not None else None
+            if newer is not None and entry_id in newer.supersedes:
+                newer.supersedes.remove(entry_id)
+            for older_id in row.supersedes:
+                older = self._rows.get(older_id)
+                if older is not None and older.superseded_by == entry_id:
+                    older.superseded_by = None
+
+    def _sync(self) -> None:
+        """Reload when another connection has committed to the file since we last looked."""
+        version = self._store.data_version()
+        if version != self._data_version:
+            logger.debug("hopmem.agent: %s changed on disk; reloading namespace %r", self._store.path, self.namespace)
+            self._load()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InvalidInput("this AgentMemory is closed")
+
+    def _fts_for(self, part_key: str | None) -> str:
+        name = self._fts.get(part_key)
+        if name is None:
+            name = self._fts[part_key] = self._store.create_fts(self.namespace, part_key, now=self._now())
+            self._data_version = self._store.data_version()
+        return name
+
+    def _delete(self, rows: Iterable[Row]) -> None:
+        """Delete rows from the file (inside the caller's transaction), grouped by FTS table."""
+        by_fts: dict[str, list[int]] = {}
+        for row in rows:
+            by_fts.setdefault(self._fts_for(row.part), []).append(row.id)
+        if by_fts:
+            self._store.delete_entries(self.namespace, by_fts)
+
+    # -- encoding -------------------------------------------------------------------------------
+
+    def _encode(self, texts: Sequence[str]) -> np.ndarray:
+        raw = np.asarray(self.encoder.encode(list(texts)), dtype=np.float32)
+        if raw.shape != (len(texts), self.dim) or not np.isfinite(raw).all():
+            raise InvalidInput(f"encoder returned shape {raw.shape} or non-finite values for {len(texts)} texts")
+        return np.atleast_2d(self.centerer.transform(raw))
+
+    # -- derived per-row values ------------------------------------------------------------------------
+
+    def _utility(self, row: Row) -> float:
+        return utility(row.eval_sum, row.eval_weight, row.manual_feedback)
+
+    def _retention(self, row: Row, now: float) -> float:
+        kind = self.kinds.get(row.kind)
+        return retention(self.forgetting, now=now, reinforced_at=row.reinforced_at, importance=row.importance,
+                         utility_value=self._utility(row) if self.reinforcement else 0.0,
+                         manual=row.manual_feedback, kind_factor=kind.half_life_factor if kind else 1.0)
+
+    def _expired(self, row: Row, now: float) -> bool:
+        return row.expires_at is not None and row.expires_at <= now
+
+    def _suppressed(self, row: Row, now: float) -> bool:
+        return self.forgetting is not None and self._retention(row, now) < self.forgetting.threshold
+
+    def _entry(self, row: Row, now: float, merged: bool = False) -> Entry:
+        return Entry(
+            id=row.id, text=row.text, namespace=self.namespace, session_id=row.session_id,
+            durability=row.durability, kind=row.kind, importance=row.importance,
+            labels={k: list(v) for k, v in row.labels.items()},
+            inferred_labels={k: list(v) for k, v in row.inferred_labels.items()},
+            metadata=row.metadata, created_at=row.created_at, updated_at=row.updated_at,
+            reinforced_at=row.reinforced_at, expires_at=row.expires_at, merged_count=row.merged_count,
+            superseded_by=row.superseded_by, utility=self._utility(row), manual_feedback=row.manual_feedback,
+            exposures=row.exposures, retention=self._retention(row, now), expired=self._expired(row, now),
+            suppressed=self._suppressed(row, now), merged=merged,
+        )
+
+    def _emit(self, type_: str, session_id: str | None, now: float, **data: Any) -> None:
+        if self.events.has_subscribers():
+            self.events.emit(MemoryEvent(type_, self.namespace, session_id, now, data))
+
+    def _row(self, entry_id: Any) -> Row:
+        if isinstance(entry_id, bool) or not isinstance(entry_id, (int, np.integer)):
+            raise InvalidInput(f"entry_id: expected an int, got {entry_id!r}")
+        row = self._rows.get(int(entry_id))
+        if row is None:
+            raise NotFound(f"no entry {entry_id} in namespace {self.namespace!r}")
+        return row

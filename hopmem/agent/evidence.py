@@ -1,0 +1,127 @@
+"""Evidence of each candidate entry for one query, and the lexical statistics behind it.
+
+For a candidate ``e`` and the centred query ``q`` (``r`` the engine's
+reconstruction, ``f = cos(q, r)``): ``semantic = cos(q, e)``, ``associative =
+max(f, 0) * cos(r, e)``, ``path = max(semantic, associative)``, and ``keyword
+= b / (b + bm25_half)`` with ``b`` the entry's BM25 score for the query's words
+(:func:`lexical_scorer`). A candidate's evidence is ``path + keyword_weight *
+keyword`` in hybrid mode, ``path`` in associative mode and ``keyword`` in
+keyword mode. :func:`novelty` measures how much of the query the memory has
+never seen.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from . import keyword as kw
+from .config import RecallConfig
+from .index import Partition, Row
+
+__all__ = ["Evidence", "lexical_scorer", "novelty"]
+
+
+def lexical_scorer(terms: Sequence[str], parts: Sequence[Partition]) -> Callable[[Row], float]:
+    """BM25 of an entry for the query's words, as keyword *evidence*.
+
+    FTS5 ranks the keyword candidates, but its IDF, ``log((N - n + 0.5) /
+    (n + 0.5))``, is zero or clamped for a word in half the entries, so in a
+    small memory every match scores ~0. Evidence uses the always-positive
+    IDF ``log(1 + (N - n + 0.5) / (n + 0.5))`` (Lucene's), binary term
+    frequency and the light stemmer, over the visible partitions;
+    k1 = 1.2, b = 0.75.
+    """
+    n = sum(p.live for p in parts)
+    avgdl = max(1.0, sum(p.total_terms for p in parts) / max(n, 1))
+    weights = {}
+    for st in dict.fromkeys(kw.stem(t) for t in terms):
+        df = sum(p.df.get(st, 0) for p in parts)
+        if df:
+            weights[st] = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
+    k1, b = 1.2, 0.75
+
+    def score(row: Row) -> float:
+        matched = sum(w for st, w in weights.items() if st in row.stems)
+        if not matched:
+            return 0.0
+        return matched * (k1 + 1.0) / (1.0 + k1 * (1.0 - b + b * len(row.stems) / avgdl))
+
+    return score
+
+
+def novelty(terms: Sequence[str], parts: Sequence[Partition]) -> float:
+    """Share of the query's IDF mass in words no visible entry contains (0 = all known)."""
+    stems = [kw.stem(t) for t in terms]
+    if not stems:
+        return 0.0
+    n = sum(p.live for p in parts)
+    total = unknown = 0.0
+    for st in dict.fromkeys(stems):
+        df = sum(p.df.get(st, 0) for p in parts)
+        idf = math.log((n + 1.0) / (df + 0.5))
+        total += idf
+        if df == 0:
+            unknown += idf
+    return unknown / total if total > 0 else 0.0
+
+
+class Evidence:
+    """The evidence of every candidate of one query, in the given mode.
+
+    ``semantic`` and ``associative`` are the engine's scores (shared with the
+    candidate lists and completed here for candidates only the keyword, exact
+    or time lists found); ``keyword`` holds the normalised BM25 evidence and
+    ``value`` the candidate's evidence.
+    """
+
+    def __init__(self, mode: str, config: RecallConfig, rows: Mapping[int, Row], qvec: np.ndarray,
+                 semantic: dict[int, float], associative: dict[int, float],
+                 lexical: Callable[[Row], float] | None) -> None:
+        self.mode = mode
+        self.use_vectors = mode in ("hybrid", "associative")
+        self.config = config
+        self.rows = rows
+        self.qvec = qvec
+        self.semantic = semantic
+        self.associative = associative
+        self.lexical = lexical
+        self.keyword: dict[int, float] = {}
+        self.value: dict[int, float] = {}
+
+    def score_all(self, ids: Sequence[int]) -> None:
+        """Score candidates found by any list (``ids`` sorted), completing their semantic score."""
+        missing = [i for i in ids if i not in self.semantic] if self.use_vectors else []
+        if missing:  # found by keyword, exact token or time only: score them against the query too
+            direct = np.stack([self.rows[i].vector for i in missing]) @ self.qvec
+            for i, s in zip(missing, direct):
+                self.semantic[i] = float(s)
+        for i in ids:
+            self.score(i)
+
+    def add(self, i: int) -> None:
+        """Score one more entry (a version pulled in after the candidate lists)."""
+        if self.use_vectors:
+            self.semantic[i] = float(self.rows[i].vector @ self.qvec)
+        self.score(i)
+
+    def score(self, i: int) -> None:
+        cfg = self.config
+        b = self.lexical(self.rows[i]) if self.lexical is not None else 0.0
+        self.keyword[i] = b / (b + cfg.bm25_half) if b > 0 else 0.0
+        path = self.path(i) if self.use_vectors else 0.0
+        if self.mode == "hybrid":
+            self.value[i] = path + cfg.keyword_weight * self.keyword[i]
+        elif self.mode == "associative":
+            self.value[i] = path
+        else:
+            self.value[i] = self.keyword[i]
+
+    def path(self, i: int) -> float:
+        return max(self.semantic.get(i, 0.0), self.associative.get(i, 0.0))
+
+    def best(self, ids: Iterable[int]) -> int:
+        """The candidate with the most evidence (the lowest id on ties)."""
+        return max(ids, key=lambda i: (self.value[i], -i))

@@ -1,0 +1,229 @@
+"""Ordering admitted hits: reciprocal rank fusion, version order, boosts, and the hits themselves.
+
+Fusion sums ``weight / (rrf_k + rank)`` over the lists that found a candidate;
+scores are never averaged across retrievers. On the head of the fused ranking,
+the other end of an admitted entry's supersession chain is pulled in on its own
+evidence, multiplicative boosts (labels, utility, retention, recency, time
+window) reorder, and versions of one fact trade places (newest first, or oldest
+first when the query asks for an earlier state). Nothing here admits a hit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+
+from ..gates import Gate
+from . import keyword as kw
+from .candidates import Candidates
+from .config import RecallConfig
+from .evidence import Evidence
+from .index import Row
+from .labels import labels_overlap, merge_labels
+from .results import Explanation, Hit
+
+__all__ = ["ranked_lists", "fuse", "head", "pull_versions", "apply_boosts", "order_versions", "build_hits",
+           "chain_end", "version_groups"]
+
+
+def ranked_lists(found: Candidates, evidence: Evidence, in_window: Collection[int]) -> dict[str, list[int]]:
+    """Each retriever's list of entry ids, best first."""
+    ev = evidence.value
+    exact = found.exact
+    lists: dict[str, list[int]] = {}
+    if found.sem_list:
+        lists["semantic"] = [i for _, i in sorted(found.sem_list, key=lambda t: (-t[0], t[1]))]
+    if found.assoc_list:
+        lists["associative"] = [i for _, i in sorted(found.assoc_list, key=lambda t: (-t[0], t[1]))]
+    if found.kw_list:
+        lists["keyword"] = [i for _, i in sorted(found.kw_list, key=lambda t: (-t[0], t[1]))]
+    if exact:
+        lists["exact"] = sorted(exact, key=lambda i: (-len(exact[i]), -ev[i], i))
+    if found.window_ids:
+        lists["time"] = sorted(in_window, key=lambda i: (-ev[i], i))
+    return lists
+
+
+def fuse(lists: Mapping[str, list[int]], ids: Sequence[int],
+         config: RecallConfig) -> tuple[dict[int, dict[str, int]], dict[int, float]]:
+    """Reciprocal rank fusion over the lists: each candidate's rank per list, and its fused score."""
+    ranks: dict[int, dict[str, int]] = {i: {} for i in ids}
+    fused: dict[int, float] = {i: 0.0 for i in ids}
+    for name, ordered in lists.items():
+        seen = set()
+        rank = 0
+        for i in ordered:
+            if i in seen or i not in fused:
+                continue
+            seen.add(i)
+            rank += 1
+            ranks[i][name] = rank
+            fused[i] += config.rrf_weights.get(name, 1.0) / (config.rrf_k + rank)
+    return ranks, fused
+
+
+def head(admitted: dict[int, str], fused: Mapping[int, float], ev: Mapping[int, float],
+         exact: Collection[int], limit: int) -> dict[int, str]:
+    """The admitted hits that can still reach the top ``limit``.
+
+    Only the head of the fused ranking can get there through bounded boosts
+    and version swaps: keep that pool (and every exact-token hit).
+    """
+    pool_size = max(24, 4 * limit)
+    if len(admitted) <= pool_size:
+        return admitted
+    keep = set(sorted(admitted, key=lambda i: (-fused[i], -ev[i], i))[:pool_size]) | set(exact)
+    return {i: why for i, why in admitted.items() if i in keep}
+
+
+def pull_versions(rows: Mapping[int, Row], admitted: dict[int, str], order: str, visible: Callable[[int], bool],
+                  evidence: Evidence, ranks: dict[int, dict[str, int]], fused: dict[int, float],
+                  floor: float) -> dict[int, int]:
+    """Admit the other end of each admitted entry's supersession chain on its own evidence.
+
+    Returns, for each entry pulled in, the admitted entry it is a version of.
+    """
+    via: dict[int, int] = {}
+    for i in list(admitted):
+        relative = chain_end(rows, i, order, visible)
+        if relative is None or relative == i or relative in admitted:
+            continue
+        if relative not in evidence.value:
+            evidence.add(relative)
+            ranks[relative] = {}
+        if evidence.value[relative] >= floor:
+            admitted[relative] = ("newer" if order == "recent" else "older") + " version of an admitted hit"
+            via[relative] = i
+            fused[relative] = max(fused.get(relative, 0.0), fused[i] * 0.999)
+    return via
+
+
+def apply_boosts(rows: Mapping[int, Row], admitted: Collection[int], fused: Mapping[int, float], *,
+                 config: RecallConfig, query_labels: Mapping[str, list[str]], utility: Callable[[Row], float] | None,
+                 retention: Callable[[Row], float] | None, hint_order: str | None,
+                 in_window: Collection[int]) -> tuple[dict[int, float], dict[int, dict[str, float]]]:
+    """Each admitted hit's boosted score and the boosts applied (``utility`` / ``retention`` None: off)."""
+    cfg = config
+    final: dict[int, float] = {}
+    boosts: dict[int, dict[str, float]] = {}
+    newest = sorted(admitted, key=lambda i: (rows[i].created_at, i))
+    recency_rank = {i: r for r, i in enumerate(newest)}
+    for i in admitted:
+        row = rows[i]
+        b: dict[str, float] = {}
+        if query_labels:
+            overlap = labels_overlap(query_labels, merge_labels(row.labels, row.inferred_labels))
+            b["labels"] = 1.0 + cfg.label_boost * overlap
+        if utility is not None:
+            b["utility"] = 1.0 + cfg.utility_boost * utility(row)
+        if retention is not None:
+            b["retention"] = 0.5 + 0.5 * retention(row)
+        if hint_order == "recent" and len(newest) > 1:
+            b["recency"] = 1.0 + cfg.recency_boost * recency_rank[i] / (len(newest) - 1)
+        elif hint_order == "origin" and len(newest) > 1:
+            b["recency"] = 1.0 + cfg.recency_boost * (1.0 - recency_rank[i] / (len(newest) - 1))
+        if i in in_window:
+            b["time window"] = 1.0 + cfg.recency_boost
+        factor = 1.0
+        for v in b.values():
+            factor *= v
+        boosts[i] = b
+        final[i] = fused[i] * factor
+    return final, boosts
+
+
+def order_versions(rows: Mapping[int, Row], ids: Sequence[int], order: str, final: dict[int, float],
+                   boosts: dict[int, dict[str, float]]) -> None:
+    """Versions of one fact among ``ids`` trade places: newest first (``recent``) or oldest first."""
+    for group in version_groups(rows, ids):
+        scores = sorted((final[i] for i in group), reverse=True)
+        by_time = sorted(group, key=lambda i: (rows[i].created_at, i), reverse=(order == "recent"))
+        for i, value in zip(by_time, scores):
+            if final[i] > 0 and abs(value - final[i]) > 1e-12:
+                boosts[i]["version order"] = value / final[i]
+            final[i] = value
+
+
+def build_hits(rows: Mapping[int, Row], ordered_ids: Sequence[int], *, found: Candidates, evidence: Evidence,
+               admitted: Mapping[int, str], ranks: Mapping[int, dict[str, int]], fused: Mapping[int, float],
+               final: Mapping[int, float], boosts: Mapping[int, dict[str, float]], via: Mapping[int, int],
+               in_window: Collection[int], band_gate: Gate, use_keywords: bool) -> list[Hit]:
+    """The hits, each with its band and explanation."""
+    # matched terms for the explanation, by the light stemmer (FTS5's Porter stemmer decided the ranking)
+    term_stems = [(t, kw.stem(t)) for t in found.terms] if use_keywords else []
+    matched = {i: [t for t, st in term_stems if st in rows[i].stems] for i in ordered_ids}
+    hits = []
+    for i in ordered_ids:
+        row = rows[i]
+        sources = tuple(name for name in ("keyword", "semantic", "associative", "exact", "time")
+                        if name in ranks.get(i, {}))
+        band = band_gate.band(evidence.value[i])
+        if admitted[i] == "exact token" and band == "vague":
+            band = "clear"
+        expl = Explanation(
+            sources=sources, ranks=dict(ranks.get(i, {})), semantic=round(evidence.semantic.get(i, 0.0), 4),
+            associative=round(evidence.associative.get(i, 0.0), 4), keyword=round(evidence.keyword.get(i, 0.0), 4),
+            bm25=found.keyword_scores.get(i), evidence=round(evidence.value[i], 4),
+            matched_terms=tuple(matched.get(i, [])), exact_tokens=tuple(found.exact.get(i, [])),
+            time_match=i in in_window, admitted_by=admitted[i],
+            boosts={k: round(v, 4) for k, v in boosts[i].items()}, fused=round(fused[i], 6),
+            superseded_by=row.superseded_by, via=via.get(i))
+        hits.append(Hit(entry_id=i, text=row.text, score=round(final[i], 6), band=band, explanation=expl,
+                        kind=row.kind, durability=row.durability, session_id=row.session_id,
+                        labels={k: list(v) for k, v in row.labels.items()}, metadata=row.metadata,
+                        created_at=row.created_at, importance=row.importance))
+    return hits
+
+
+def chain_end(rows: Mapping[int, Row], entry_id: int, order: str, visible: Callable[[int], bool]) -> int | None:
+    """The newest (``recent``) or oldest (``origin``) visible version of an entry."""
+    row = rows.get(entry_id)
+    if row is None:
+        return None
+    seen = {entry_id}
+    best = entry_id
+    if order == "recent":
+        nxt = row.superseded_by
+        while nxt is not None and nxt not in seen and nxt in rows:
+            seen.add(nxt)
+            if visible(nxt):
+                best = nxt
+            nxt = rows[nxt].superseded_by
+    else:
+        frontier = list(row.supersedes)
+        oldest = (row.created_at, entry_id)
+        while frontier:
+            cur = frontier.pop()
+            if cur in seen or cur not in rows:
+                continue
+            seen.add(cur)
+            r = rows[cur]
+            if visible(cur) and (r.created_at, cur) < oldest:
+                oldest = (r.created_at, cur)
+                best = cur
+            frontier.extend(r.supersedes)
+    return best
+
+
+def version_groups(rows: Mapping[int, Row], ids: Sequence[int]) -> list[list[int]]:
+    """Groups of ``ids`` connected through supersession links (at least two members each)."""
+    members = set(ids)
+    root: dict[int, int] = {}
+
+    def find(i: int) -> int:
+        while root.get(i, i) != i:
+            i = root[i]
+        return i
+
+    for i in ids:
+        nxt, seen = rows[i].superseded_by, {i}
+        while nxt is not None and nxt not in seen and nxt in rows:
+            seen.add(nxt)
+            if nxt in members:
+                a, b = find(i), find(nxt)
+                if a != b:
+                    root[a] = b
+            nxt = rows[nxt].superseded_by
+    groups: dict[int, list[int]] = {}
+    for i in ids:
+        groups.setdefault(find(i), []).append(i)
+    return [g for g in groups.values() if len(g) > 1]

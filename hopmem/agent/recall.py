@@ -1,0 +1,240 @@
+"""Recall: the pipeline from a query to a :class:`~hopmem.agent.Selection`.
+
+Per visible partition the retrievers gather candidates
+(:mod:`~hopmem.agent.candidates`); every candidate gets all of its evidence
+(:mod:`~hopmem.agent.evidence`); the verdict decides whether anything relevant
+is remembered and which candidates are admitted (:mod:`~hopmem.agent.verdict`);
+the admitted hits are fused, boosted and ordered (:mod:`~hopmem.agent.ranking`).
+A recall with ``record=True`` then writes a receipt and exposure counts.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidInput
+from . import ranking
+from .candidates import gather
+from .config import MODES
+from .core import MemoryCore
+from .evidence import Evidence, lexical_scorer
+from .index import Row
+from .labels import labels_match
+from .results import Hit, Selection
+from .temporal import parse_time_hints
+from .validation import identity
+from .verdict import abstention_reason, admission_reason, admit, decide, gate_note, select_gates
+
+__all__ = ["RecallMixin"]
+
+logger = logging.getLogger("hopmem.agent")
+
+
+class RecallMixin(MemoryCore):
+    """:meth:`recall` and :meth:`rank`."""
+
+    def recall(
+        self,
+        text: str,
+        *,
+        session_id: str | None = None,
+        labels: Mapping[str, Any] | None = None,
+        kinds: Iterable[str] | None = None,
+        limit: int = 5,
+        mode: str = "hybrid",
+        since: float | None = None,
+        until: float | None = None,
+        record: bool = True,
+    ) -> Selection:
+        """Recall what is relevant to ``text``; returns a :class:`Selection`.
+
+        Sees the namespace's shared entries plus, with ``session_id``, that
+        session's entries. ``labels`` filters on explicit labels (every key
+        given must match one of its values); ``kinds`` filters kinds;
+        ``since``/``until`` filter creation time. ``mode`` picks the retrievers:
+        ``"hybrid"`` (default), ``"associative"`` (engine reads only) or
+        ``"keyword"`` (FTS5 and exact tokens only). With ``record`` (default)
+        the selection gets a receipt for :meth:`complete`, exposures are
+        counted and a ``recalled`` event is emitted.
+        """
+        self._check_open()
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidInput(f"text: expected a non-empty string, got {text!r:.80}")
+        session_id = identity(session_id, "session_id", required=False)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100:
+            raise InvalidInput(f"limit: expected an int in [1, 100], got {limit!r}")
+        if mode not in MODES:
+            raise InvalidInput(f"mode: expected one of {MODES}, got {mode!r}")
+        wanted = self.label_policy.normalise(labels, strict=True) if labels else {}
+        kind_set = None
+        if kinds is not None:
+            kind_set = frozenset([kinds] if isinstance(kinds, str) else kinds)
+            unknown = kind_set - set(self.kinds)
+            if unknown:
+                raise InvalidInput(f"kinds: unknown kinds {sorted(unknown)}; known: {sorted(self.kinds)}")
+        t0 = time.perf_counter()
+        qvec = self._encode([text.strip()])[0]
+        t1 = time.perf_counter()
+        query_labels = {}
+        if self.labeler is not None and self.config.label_boost > 0:
+            try:
+                query_labels = self.label_policy.normalise(self.labeler(text), strict=False)
+            except Exception as exc:
+                logger.warning("hopmem.agent: labeller failed on a query: %s", exc)
+        with self._lock:
+            self._check_open()
+            self._sync()
+            now = self._now()
+            selection, newly_expired = self._retrieve(
+                text.strip(), qvec, session_id=session_id, wanted=wanted, kind_set=kind_set, limit=limit,
+                mode=mode, since=since, until=until, query_labels=query_labels, now=now)
+            t2 = time.perf_counter()
+            timings = {"encode_ms": (t1 - t0) * 1e3, "retrieve_ms": (t2 - t1) * 1e3}
+            if record:
+                ids = selection.entry_ids
+                with self._store.transaction():
+                    if ids:
+                        self._store.insert_receipt(selection.id, self.namespace, session_id, ids,
+                                                   query_labels, now, self.receipt_ttl)
+                        self._store.bump_exposures(self.namespace, ids, now)
+                        self._receipts += 1
+                    self._recalls += 1
+                    # receipts stay bounded: by count at once, by age every 64 recalls (an expired
+                    # receipt is refused by complete() anyway)
+                    if self._receipts > self.max_receipts or self._recalls % 64 == 0:
+                        self._store.prune_receipts(self.namespace, now, self.max_receipts)
+                        self._receipts = self._store.count_receipts(self.namespace)
+                    for row in newly_expired:
+                        self._store.update_entry(row.id, self.namespace, expired_notified=1)
+                self._data_version = self._store.data_version()
+                for entry_id in ids:
+                    self._rows[entry_id].exposures += 1
+                for row in newly_expired:
+                    row.expired_notified = True
+            timings["total_ms"] = (time.perf_counter() - t0) * 1e3
+            selection = replace(selection, timings=timings)
+        if record:
+            for row in newly_expired:
+                self._emit("expired", row.session_id, now, id=row.id, text=row.text, expires_at=row.expires_at)
+            self._emit("recalled", session_id, now, selection_id=selection.id, query=selection.query,
+                       abstained=selection.abstained, reason=selection.reason,
+                       hits=[{"id": h.entry_id, "text": h.text, "score": h.score, "band": h.band}
+                             for h in selection.hits])
+        return selection
+
+    def _visible(self, row: Row, session_id: str | None, now: float, wanted: dict, kind_set: frozenset | None,
+                 since: float | None, until: float | None, expired_out: list[Row]) -> bool:
+        if row.durability == "session" and (session_id is None or row.session_id != session_id):
+            return False
+        if self._expired(row, now):
+            if not row.expired_notified:
+                expired_out.append(row)
+            return False
+        if kind_set is not None and row.kind not in kind_set:
+            return False
+        if wanted and not labels_match(row.labels, wanted):
+            return False
+        if since is not None and row.created_at < since:
+            return False
+        if until is not None and row.created_at >= until:
+            return False
+        if self._suppressed(row, now):
+            return False
+        return True
+
+    def _retrieve(self, text: str, qvec: np.ndarray, *, session_id: str | None, wanted: dict,
+                  kind_set: frozenset | None, limit: int, mode: str, since: float | None, until: float | None,
+                  query_labels: dict, now: float, admit_all: bool = False) -> tuple[Selection, list[Row]]:
+        cfg = self.config
+        expired_out: list[Row] = []
+        visible_cache: dict[int, bool] = {}
+
+        def visible(entry_id: int) -> bool:
+            hit = visible_cache.get(entry_id)
+            if hit is None:
+                row = self._rows.get(entry_id)
+                hit = row is not None and self._visible(row, session_id, now, wanted, kind_set, since, until,
+                                                         expired_out)
+                visible_cache[entry_id] = hit
+            return hit
+
+        part_keys: list[str | None] = [None] if session_id is None else [None, session_id]
+        parts = [p for p in (self._parts.get(k) for k in part_keys) if p is not None and p.live > 0]
+        hints = parse_time_hints(text, now, self.day_zero)
+        found = gather(text, qvec, mode=mode, limit=limit, config=cfg, parts=parts,
+                       tables=[self._fts[k] for k in part_keys if k in self._fts], store=self._store,
+                       rows=self._rows, by_time=self._by_time, hints=hints, visible=visible)
+
+        gate, band_gate, model, calibrated = select_gates(self._gates, self._band_gates, self._models, mode, cfg)
+        override = "exact token" if found.exact else ("time window" if found.window_ids else None)
+        base = dict(id=uuid.uuid4().hex, query=text, namespace=self.namespace, session_id=session_id, mode=mode,
+                    novelty=round(found.novelty, 4), override=override, tau=gate.tau, calibrated=calibrated,
+                    first_contact=found.first_contact,
+                    time_hints={"order": hints.order, "window": hints.window, "cues": list(hints.cues)},
+                    timings={}, created_at=now)
+        suffix = gate_note(gate, calibrated, len(self._rows))
+        candidates = found.ids
+        if not candidates:
+            return Selection(hits=(), abstained=True, reason="no candidates: nothing visible in this scope matches"
+                             + suffix, statistic=None, evidence=None, **base), expired_out
+
+        # every candidate gets all of its evidence, whichever list found it
+        cand = sorted(candidates)
+        use_keywords = mode in ("hybrid", "keyword")
+        evidence = Evidence(mode, cfg, self._rows, qvec, found.semantic, found.associative,
+                            lexical_scorer(found.terms, parts) if use_keywords else None)
+        evidence.score_all(cand)
+        verdict = decide(mode, cfg, gate, model, evidence, cand, found.first_contact, found.novelty)
+        in_window = set(found.window_ids)
+        admitted = admit(cand, evidence, verdict, band_gate, found.exact, in_window, admit_all)
+        if not admitted:
+            return Selection(hits=(), abstained=True, reason=abstention_reason(verdict, gate, cfg) + suffix,
+                             statistic=verdict.statistic, evidence=verdict.best_evidence, features=verdict.features,
+                             **base), expired_out
+
+        ev = evidence.value
+        ranks, fused = ranking.fuse(ranking.ranked_lists(found, evidence, in_window), cand, cfg)
+        admitted = ranking.head(admitted, fused, ev, found.exact, limit)
+        order = hints.order or "recent"
+        via = ranking.pull_versions(self._rows, admitted, order, visible, evidence, ranks, fused, verdict.floor)
+        final, boosts = ranking.apply_boosts(
+            self._rows, admitted, fused, config=cfg, query_labels=query_labels,
+            utility=self._utility if self.reinforcement else None,
+            retention=(lambda row: self._retention(row, now)) if self.forgetting is not None else None,
+            hint_order=hints.order, in_window=in_window)
+        # an entry matched by an exact token keeps its place
+        ranking.order_versions(self._rows, [i for i in admitted if i not in found.exact and ev[i] >= verdict.floor],
+                               order, final, boosts)
+        ordered_ids = sorted(admitted, key=lambda i: (-final[i], -ev[i], i))[:limit]
+        hits = ranking.build_hits(self._rows, ordered_ids, found=found, evidence=evidence, admitted=admitted,
+                                  ranks=ranks, fused=fused, final=final, boosts=boosts, via=via, in_window=in_window,
+                                  band_gate=band_gate, use_keywords=use_keywords)
+        reason = admission_reason(verdict, gate, hits[0].explanation.admitted_by)
+        return Selection(hits=tuple(hits), abstained=False, reason=reason + suffix, statistic=verdict.statistic,
+                         evidence=verdict.best_evidence, features=verdict.features, **base), expired_out
+
+    def rank(self, text: str, *, session_id: str | None = None, limit: int = 10, mode: str = "hybrid") -> list[Hit]:
+        """The fused ranking of every candidate, ignoring the gate (no receipts, no events).
+
+        For debugging ("why was this not recalled?") and for evaluating the
+        ranking separately from the abstention decision. Each hit's
+        ``explanation.admitted_by`` says whether recall would have admitted it.
+        """
+        self._check_open()
+        if mode not in MODES:
+            raise InvalidInput(f"mode: expected one of {MODES}, got {mode!r}")
+        session_id = identity(session_id, "session_id", required=False)
+        vec = self._encode([text.strip()])[0]
+        with self._lock:
+            self._sync()
+            sel, _ = self._retrieve(text.strip(), vec, session_id=session_id, wanted={}, kind_set=None,
+                                    limit=limit, mode=mode, since=None, until=None, query_labels={},
+                                    now=self._now(), admit_all=True)
+        return list(sel.hits)

@@ -1,0 +1,264 @@
+"""Writes: remember a statement, merging duplicates, linking supersession, evicting beyond capacity.
+
+A write is one encoder call, a centring, a few cosines against the entry's own
+partition and one SQLite transaction; the entry is committed before
+:meth:`WritesMixin.remember` returns. An optional labeller runs after the
+commit and can only add boost labels.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidInput, NotFound
+from ..memory import top_k_dot
+from . import keyword as kw
+from .config import DURABILITIES
+from .core import MemoryCore
+from .index import Row, value_tokens
+from .results import Entry
+from .retention import entry_value
+from .store import vector_blob
+from .validation import identity, seconds
+
+__all__ = ["WritesMixin"]
+
+logger = logging.getLogger("hopmem.agent")
+
+
+class WritesMixin(MemoryCore):
+    """:meth:`remember` and :meth:`remember_many`, with dedup, supersession and eviction."""
+
+    def remember(
+        self,
+        text: str,
+        *,
+        session_id: str | None = None,
+        durability: str = "shared",
+        kind: str = "fact",
+        importance: float = 0.5,
+        labels: Mapping[str, Any] | None = None,
+        ttl: float | _dt.timedelta | None = None,
+        metadata: Any = None,
+        created_at: float | None = None,
+        supersedes: int | None = None,
+    ) -> Entry:
+        """Store a self-contained statement; returns the (new or merged-into) :class:`Entry`.
+
+        The entry (text, vector, explicit labels) is committed before this
+        returns. A near-identical statement in the same scope is merged into
+        the existing entry (``merged_count`` grows, nothing is lost: the new
+        wording is kept as a variant). A similar statement that differs (same
+        kind and scope, cosine at least ``config.supersede_cosine``) supersedes
+        the older one: the old entry links to the new one.
+
+        ``durability="session"`` needs ``session_id`` and makes the entry
+        visible only to recalls with that session id. ``created_at`` (clock
+        seconds) back-dates an import; by default it is the clock's now.
+        ``supersedes`` names the entry this statement replaces (it must be
+        visible in the same scope); without it supersession is detected as
+        described in :class:`RecallConfig`.
+        """
+        self._check_open()
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidInput(f"text: expected a non-empty string, got {text!r:.80}")
+        text = text.strip()
+        if durability not in DURABILITIES:
+            raise InvalidInput(f"durability: expected 'shared' or 'session', got {durability!r}")
+        session_id = identity(session_id, "session_id", required=durability == "session")
+        if kind not in self.kinds:
+            raise InvalidInput(f"kind: expected one of {sorted(self.kinds)}, got {kind!r}")
+        if isinstance(importance, bool) or not isinstance(importance, (int, float)) or not 0.0 <= importance <= 1.0:
+            raise InvalidInput(f"importance: expected a number in [0, 1], got {importance!r}")
+        explicit = self.label_policy.normalise(labels, strict=True)
+        ttl_s = seconds(ttl, "ttl")
+        try:
+            meta_json = None if metadata is None else json.dumps(metadata, sort_keys=True)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInput(f"metadata: expected JSON-serialisable data: {exc}") from None
+        vector = self._encode([text])[0]
+        if not np.any(vector):
+            raise InvalidInput(f"text: the encoder gives it no direction after centring: {text!r:.80}")
+        with self._lock:
+            self._check_open()
+            self._sync()
+            now = self._now()
+            created = now if created_at is None else float(created_at)
+            part_key = session_id if durability == "session" else None
+            norm = kw.normalise_text(text)
+            if ttl_s is None:
+                kind_ttl = self.kinds[kind].ttl
+                ttl_s = kind_ttl
+                if durability == "session" and self.session_ttl is not None:
+                    ttl_s = self.session_ttl if ttl_s is None else min(ttl_s, self.session_ttl)
+            expires = None if ttl_s is None else created + ttl_s
+            if supersedes is not None:
+                old_row = self._row(supersedes)
+                if old_row.part != part_key:
+                    raise NotFound(f"no entry {supersedes} in this scope to supersede")
+            target, similar = self._find_duplicate(part_key, kind, text, norm, vector, now)
+            if target is not None:
+                return self._merge(target, text, meta_json, explicit, importance, expires, session_id, now)
+            values = {
+                "namespace": self.namespace, "session_id": session_id if durability == "session" else None,
+                "durability": durability, "kind": kind, "text": text, "norm_text": norm,
+                "vector": vector_blob(vector), "importance": float(importance),
+                "labels": json.dumps(explicit, sort_keys=True), "inferred_labels": "{}",
+                "metadata": meta_json, "created_at": created, "updated_at": now, "reinforced_at": created,
+                "expires_at": expires,
+            }
+            superseded = self._supersession_target(similar, kind, text, created, supersedes)
+            evicted: list[Row] = []
+            fts = self._fts_for(part_key)
+            with self._store.transaction():
+                entry_id = self._store.insert_entry(fts, values)
+                for old in superseded:
+                    self._store.update_entry(old.id, self.namespace, superseded_by=entry_id, updated_at=now)
+                if self.capacity is not None:
+                    evicted = self._choose_evictions(now, exclude=entry_id, adding=1)
+                    self._delete(evicted)
+            self._data_version = self._store.data_version()
+            row = Row(id=entry_id, session_id=values["session_id"], durability=durability, kind=kind, text=text,
+                       norm_text=norm, vector=vector, importance=float(importance), labels=explicit,
+                       inferred_labels={}, metadata=metadata, created_at=created, updated_at=now,
+                       reinforced_at=created, expires_at=expires, merged_count=0, superseded_by=None,
+                       eval_sum=0.0, eval_weight=0.0, manual_feedback=None, exposures=0,
+                       expired_notified=False, supersedes=[])
+            self._add_row(row)
+            for old in superseded:
+                old.superseded_by = entry_id
+                old.updated_at = now
+                row.supersedes.append(old.id)
+            self._drop_rows(r.id for r in evicted)
+        self._emit("remembered", session_id, now, id=entry_id, text=text, kind=kind, durability=durability,
+                   labels=explicit)
+        for old in superseded:
+            self._emit("superseded", session_id, now, id=old.id, text=old.text, superseded_by=entry_id)
+        for gone in evicted:
+            self._emit("evicted", gone.session_id, now, id=gone.id, text=gone.text)
+        self._infer_labels(entry_id, text, session_id)
+        with self._lock:
+            return self._entry(row, self._now())
+
+    def _find_duplicate(self, part_key: str | None, kind: str, text: str, norm: str, vector: np.ndarray,
+                        now: float) -> tuple[Row | None, list[tuple[float, Row]]]:
+        """The entry to merge into (if any) and the similar entries a new one would supersede."""
+        part = self._parts.get(part_key)
+        if part is None or part.live == 0:
+            return None, []
+        rows_idx, scores = top_k_dot(part.matrix[: part.n], vector[None, :], min(16, part.n))
+        tokens = value_tokens(text)
+        similar: list[Row] = []
+        best: Row | None = None
+        for r, s in zip(rows_idx[0], scores[0]):
+            if not part.alive[r]:
+                continue
+            row = self._rows.get(int(part.ids[r]))
+            if row is None or self._expired(row, now):
+                continue
+            if row.norm_text == norm:
+                return row, []
+            if row.kind == kind and s >= self.config.dedup_cosine and row.value_tokens == tokens and best is None:
+                best = row
+            if s >= self.config.supersede_cosine:
+                similar.append((float(s), row))
+        if best is not None:
+            return best, []
+        return None, similar
+
+    def _supersession_target(self, similar: list[tuple[float, Row]], kind: str, text: str, created: float,
+                             explicit: int | None) -> list[Row]:
+        """What a new statement supersedes: the entry named by ``supersedes``, or the most similar
+        current statement of the same kind and scope when the new one is phrased as a change."""
+        if explicit is not None:
+            return [self._row(explicit)]
+        cues = getattr(self.config, "_cues", None)
+        if cues is not None and not cues.search(text):
+            return []
+        heads = [(s, r) for s, r in similar if r.superseded_by is None and r.kind == kind and r.created_at <= created]
+        if not heads:
+            return []
+        return [max(heads, key=lambda t: (t[0], t[1].created_at))[1]]
+
+    def _merge(self, row: Row, text: str, meta_json: str | None, explicit: dict, importance: float,
+               expires: float | None, session_id: str | None, now: float) -> Entry:
+        labels = self.label_policy.merge(row.labels, explicit)
+        new_importance = max(row.importance, float(importance))
+        new_expires = None if (row.expires_at is None or expires is None) else max(row.expires_at, expires)
+        with self._store.transaction():
+            self._store.update_entry(
+                row.id, self.namespace, merged_count=row.merged_count + 1, importance=new_importance,
+                labels=json.dumps(labels, sort_keys=True), updated_at=now, reinforced_at=now,
+                expires_at=new_expires)
+            if text != row.text or meta_json is not None:
+                self._store.add_variant(row.id, text, meta_json, now)
+        self._data_version = self._store.data_version()
+        row.merged_count += 1
+        row.importance = new_importance
+        row.labels = labels
+        row.updated_at = now
+        row.reinforced_at = now
+        row.expires_at = new_expires
+        self._emit("merged", session_id, now, id=row.id, text=row.text, merged_text=text,
+                   merged_count=row.merged_count)
+        return self._entry(row, now, merged=True)
+
+    def _infer_labels(self, entry_id: int, text: str, session_id: str | None) -> None:
+        if self.labeler is None:
+            return
+        try:
+            inferred = self.label_policy.normalise(self.labeler(text), strict=False)
+        except Exception as exc:  # a labeller failure leaves a valid, unlabelled entry
+            logger.warning("hopmem.agent: labeller failed on entry %s: %s", entry_id, exc)
+            self._emit("labeling_failed", session_id, self._now(), id=entry_id, error=repr(exc))
+            return
+        if not inferred:
+            return
+        with self._lock:
+            row = self._rows.get(entry_id)
+            if row is None:
+                return
+            with self._store.transaction():
+                self._store.update_entry(entry_id, self.namespace, inferred_labels=json.dumps(inferred, sort_keys=True))
+            self._data_version = self._store.data_version()
+            row.inferred_labels = inferred
+
+    def _choose_evictions(self, now: float, exclude: int, adding: int) -> list[Row]:
+        """Least valuable entries beyond capacity (never ``exclude``, the one being written)."""
+        excess = len(self._rows) + adding - self.capacity
+        if excess <= 0:
+            return []
+        scale = self.forgetting.half_life if self.forgetting else 30 * 86400.0
+        scored = []
+        for row in self._rows.values():
+            if row.id == exclude:
+                continue
+            recency = math.exp(-max(0.0, now - max(row.reinforced_at, row.created_at)) / scale)
+            value = entry_value(row.importance, self._utility(row), recency)
+            if self._expired(row, now):
+                value -= 10.0  # expired entries go first
+            scored.append((value, row.created_at, row.id, row))
+        scored.sort(key=lambda t: (t[0], t[1], t[2]))
+        return [t[3] for t in scored[:excess]]
+
+    def remember_many(self, items: Iterable[str | Mapping[str, Any]], **defaults: Any) -> list[Entry]:
+        """:meth:`remember` each item (a text, or a dict of remember's arguments with ``text``)."""
+        out = []
+        for item in items:
+            args = dict(defaults)
+            if isinstance(item, str):
+                args["text"] = item
+            elif isinstance(item, Mapping):
+                args.update(item)
+            else:
+                raise InvalidInput(f"items: expected str or dict, got {type(item).__name__}")
+            text = args.pop("text", None)
+            out.append(self.remember(text, **args))
+        return out

@@ -1,0 +1,236 @@
+"""The verdict of a recall: the calibrated logistic model, its features, its storage, and the grounding
+statistic it replaced (kept for gates stored without a model). Hashing encoder, injected clock."""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+
+import numpy as np
+import pytest
+
+from hopmem.agent import DEFAULT_GATES, DEFAULT_MODELS, AgentMemory, RecallConfig, VerdictModel
+from hopmem.agent.verdict import GROUNDING_DEFAULT_GATES, MARGIN_NEIGHBOURS, VERDICT_FEATURES, fit_model
+from hopmem.encoders import HashingEncoder
+from hopmem.errors import InvalidInput
+from hopmem.gates import calibrate
+
+ENC = HashingEncoder(384)
+
+FACTS = [
+    "Ticket PROJ-4417 tracks the duplicate webhook deliveries.",
+    "Production deploys require a database snapshot first.",
+    "The billing service runs on Postgres 16.",
+    "Ada wants answers written in British English.",
+    "The team standup is every morning at 9:30.",
+    "The staging cluster is rebuilt every Friday night.",
+    "Our on-call rotation changes every Monday at noon.",
+]
+RELATED = ["Which database does the billing service use?", "What do deploys require?",
+           "When is the team standup?", "How should answers be written?", "When is staging rebuilt?",
+           "When does the on-call rotation change?"]
+UNRELATED = ["What is the capital of Peru?", "How do volcanoes form?", "Best pizza dough recipe",
+             "Who won the 1998 world cup?", "How tall is Mount Everest?", "Which bird migrates the farthest?"]
+
+
+class Clock:
+    def __init__(self, t: float = 1_000_000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def make(tmp_path, name="mem.db", **kwargs):
+    clock = Clock()
+    mem = AgentMemory.open(tmp_path / name, encoder=ENC, namespace="team", clock=clock, **kwargs)
+    for i, fact in enumerate(FACTS):
+        clock.t += 60 * (i + 1)
+        mem.remember(fact)
+    return mem, clock
+
+
+# -- the model ------------------------------------------------------------------------------------------
+
+
+def test_fit_model_learns_the_direction_and_is_deterministic():
+    rng = np.random.default_rng(3)
+    rel = [{"evidence": 0.8 + 0.1 * rng.standard_normal(), "novelty": 0.1 * rng.random()} for _ in range(30)]
+    irr = [{"evidence": 0.4 + 0.1 * rng.standard_normal(), "novelty": 0.5 + 0.3 * rng.random()} for _ in range(30)]
+    model = fit_model(("evidence", "novelty"), rel, irr)
+    assert model == fit_model(("evidence", "novelty"), rel, irr)
+    assert model.weights[0] > 0 > model.weights[1]
+    scores_rel = [model.log_odds(v) for v in rel]
+    scores_irr = [model.log_odds(v) for v in irr]
+    assert np.mean(scores_rel) > 0 > np.mean(scores_irr)
+
+
+def test_fit_model_gives_a_constant_feature_no_weight():
+    rel = [{"evidence": 0.9, "margin": 0.2}, {"evidence": 0.8, "margin": 0.2}]
+    irr = [{"evidence": 0.3, "margin": 0.2}, {"evidence": 0.2, "margin": 0.2}]
+    model = fit_model(("evidence", "margin"), rel, irr)
+    assert model.weights[1] == 0.0 and model.weights[0] > 0
+    assert all(math.isfinite(w) for w in (*model.weights, model.intercept))
+
+
+def test_fit_model_needs_both_kinds_of_query():
+    with pytest.raises(InvalidInput):
+        fit_model(("evidence",), [{"evidence": 1.0}], [])
+
+
+def test_verdict_model_validates_and_round_trips():
+    model = VerdictModel(("evidence", "novelty"), (2.0, -1.5), -0.5)
+    assert model.log_odds({"evidence": 1.0, "novelty": 0.2}) == pytest.approx(2.0 - 0.3 - 0.5)
+    assert VerdictModel.from_dict(json.loads(json.dumps(model.to_dict()))) == model
+    with pytest.raises(InvalidInput):
+        VerdictModel(("evidence",), (1.0, 2.0), 0.0)
+    with pytest.raises(InvalidInput):
+        VerdictModel(("evidence",), (float("nan"),), 0.0)
+
+
+def test_default_models_read_each_modes_features():
+    for mode, features in VERDICT_FEATURES.items():
+        assert DEFAULT_MODELS[mode].features == features
+        assert DEFAULT_GATES[mode].tau > 0  # strict: a positive log-odds is needed until calibrated
+
+
+def test_config_verdict_is_validated():
+    with pytest.raises(InvalidInput):
+        RecallConfig(verdict="oracle")
+
+
+# -- features and statistic -----------------------------------------------------------------------------
+
+
+def test_selection_carries_the_verdict_features_and_their_log_odds(tmp_path):
+    mem, _ = make(tmp_path)
+    for mode in ("hybrid", "associative", "keyword"):
+        sel = mem.recall("Which database does the billing service use?", mode=mode, record=False)
+        assert set(sel.features) == set(VERDICT_FEATURES[mode])
+        assert not sel.calibrated and sel.tau == DEFAULT_GATES[mode].tau
+        assert sel.statistic == pytest.approx(DEFAULT_MODELS[mode].log_odds(sel.features), abs=1e-5)
+        assert "log-odds from evidence" in sel.reason
+        assert sel.features["evidence"] == pytest.approx(sel.evidence, abs=1e-5)
+
+
+def test_margin_is_the_nearest_cosine_above_the_mean_of_the_nearest_ten(tmp_path):
+    mem, _ = make(tmp_path)
+    query = "Which database does the billing service use?"
+    sel = mem.recall(query, mode="associative", record=False)
+    ranked = mem.rank(query, mode="associative", limit=100)
+    cosines = sorted((h.explanation.semantic for h in ranked), reverse=True)[:MARGIN_NEIGHBOURS]
+    assert sel.features["margin"] == pytest.approx(cosines[0] - np.mean(cosines), abs=1e-3)
+
+
+# -- calibration and storage ----------------------------------------------------------------------------
+
+
+def test_calibrate_fits_and_stores_a_model_per_mode(tmp_path):
+    mem, _ = make(tmp_path)
+    gates = mem.calibrate(RELATED, UNRELATED)
+    models = mem.verdict_models
+    assert set(models) == set(gates) == {"hybrid", "associative", "keyword"}
+    for mode, model in models.items():
+        assert model.features == VERDICT_FEATURES[mode]
+    assert models["hybrid"] != DEFAULT_MODELS["hybrid"] and models["associative"] != DEFAULT_MODELS["associative"]
+    # no unrelated query shares a word with the memory: keyword mode has no candidates for them, nothing to
+    # fit a model on, and keeps the default one (its gate still separates them from the related queries)
+    assert mem.gate_statistics(UNRELATED, mode="keyword") == [-1000.0] * len(UNRELATED)
+    assert models["keyword"] == DEFAULT_MODELS["keyword"]
+    sel = mem.recall("Which database does billing run on?", record=False)
+    assert sel.calibrated and not sel.abstained and sel.hits[0].text == FACTS[2]
+    assert sel.statistic == pytest.approx(models["hybrid"].log_odds(sel.features), abs=1e-5)
+    assert mem.recall("How do volcanoes form?", record=False).abstained
+    mem.close()
+    # stored in the file with the gates: a new controller uses the same model and gate
+    again = AgentMemory.open(tmp_path / "mem.db", encoder=ENC, namespace="team", clock=Clock())
+    assert again.verdict_models == models and again.gates == gates
+    other = AgentMemory.open(tmp_path / "mem.db", encoder=ENC, namespace="other", clock=Clock())
+    assert other.verdict_models == {} and other.gates == {}
+
+
+def test_calibration_never_lets_more_than_the_budget_of_unrelated_queries_pass(tmp_path):
+    mem, _ = make(tmp_path)
+    gates = mem.calibrate(RELATED, UNRELATED, error_budget=0.2, modes=["hybrid"])
+    stats = mem.gate_statistics(UNRELATED)
+    decided = [s for s in stats if s is not None]
+    assert sum(s >= gates["hybrid"].tau for s in decided) <= math.floor(0.2 * len(decided))
+    assert gates["hybrid"].error_rate <= 0.2
+
+
+def test_calibrate_with_holdout_measures_the_held_out_part(tmp_path):
+    mem, _ = make(tmp_path)
+    gate = mem.calibrate(RELATED, UNRELATED, holdout_fraction=0.34, seed=1, modes=["hybrid"])["hybrid"]
+    assert gate.n_relevant == len(RELATED) and gate.n_irrelevant == len(UNRELATED)
+    assert gate.holdout_coverage is not None and gate.holdout_error_rate is not None
+    # the model saw only the fitting part (4 + 4 queries): fitted on all 6 + 6 it differs
+    held_out_model = mem.verdict_models["hybrid"]
+    mem.calibrate(RELATED, UNRELATED, modes=["hybrid"])
+    assert mem.verdict_models["hybrid"] != held_out_model
+
+
+def test_gate_statistics_marks_queries_without_candidates(tmp_path):
+    mem = AgentMemory.open(tmp_path / "empty.db", encoder=ENC, namespace="team", clock=Clock())
+    assert mem.gate_statistics(["anything at all?"]) == [-1000.0]
+    assert mem.recall("anything at all?").features == {}
+
+
+def test_a_gate_set_without_a_model_is_on_the_grounding_statistic(tmp_path):
+    mem, _ = make(tmp_path)
+    mem.set_gates({"hybrid": calibrate([0.3, 0.4], [0.0, 0.1])})
+    sel = mem.recall("Which database does the billing service use?", record=False)
+    assert sel.calibrated and "grounding" in sel.reason and "log-odds" not in sel.reason
+    assert mem.verdict_models == {}
+    model = DEFAULT_MODELS["hybrid"]
+    mem.set_gates({"hybrid": calibrate([0.3, 0.4], [0.0, 0.1])}, models={"hybrid": model})
+    sel = mem.recall("Which database does the billing service use?", record=False)
+    assert sel.statistic == pytest.approx(model.log_odds(sel.features), abs=1e-5)
+    mem.set_gates({"hybrid": None})  # back to the defaults: the default model, uncalibrated
+    assert mem.verdict_models == {} and not mem.recall("billing database?", record=False).calibrated
+    with pytest.raises(InvalidInput):
+        mem.set_gates({"keyword": calibrate([0.3, 0.4], [0.0, 0.1])}, models={"keyword": model})  # wrong features
+    with pytest.raises(InvalidInput):
+        mem.set_gates({"hybrid": calibrate([0.3, 0.4], [0.0, 0.1])}, models={"hybrid": "a model"})
+
+
+def test_a_file_calibrated_before_models_existed_keeps_its_statistic(tmp_path):
+    mem, _ = make(tmp_path)
+    mem.calibrate(RELATED, UNRELATED, modes=["hybrid"])
+    mem.close()
+    conn = sqlite3.connect(tmp_path / "mem.db")  # what an older hopmem wrote: the gate, no model
+    conn.execute("DELETE FROM meta WHERE key LIKE 'verdict:%'")
+    conn.commit()
+    conn.close()
+    old = AgentMemory.open(tmp_path / "mem.db", encoder=ENC, namespace="team", clock=Clock())
+    sel = old.recall("Which database does the billing service use?", record=False)
+    assert sel.calibrated and "grounding" in sel.reason
+
+
+def test_grounding_verdict_stays_available(tmp_path):
+    mem, _ = make(tmp_path, config=RecallConfig(verdict="grounding"))
+    sel = mem.recall("Which database does the billing service use?", record=False)
+    assert sel.tau == GROUNDING_DEFAULT_GATES["hybrid"].tau and "grounding" in sel.reason
+    assert set(sel.features) == set(VERDICT_FEATURES["hybrid"])  # measured either way, for inspection
+    mem.calibrate(RELATED, UNRELATED)
+    assert mem.verdict_models == {} and set(mem.gates) == {"hybrid", "associative", "keyword"}
+    sel = mem.recall("Which database does the billing service use?", record=False)
+    assert sel.calibrated and "grounding" in sel.reason
+
+
+def test_reembed_drops_the_models_with_the_gates(tmp_path):
+    mem, _ = make(tmp_path)
+    mem.calibrate(RELATED, UNRELATED)
+    mem.reembed(HashingEncoder(256))
+    assert mem.gates == {} and mem.verdict_models == {}
+    conn = sqlite3.connect(tmp_path / "mem.db")
+    assert conn.execute("SELECT count(*) FROM meta WHERE key LIKE 'verdict:%'").fetchone()[0] == 0
+    conn.close()
+
+
+def test_exact_tokens_still_admit_whatever_the_model_says(tmp_path):
+    mem, _ = make(tmp_path)
+    mem.set_gates({"hybrid": calibrate([1e3, 2e3], [9e2, 9.5e2])}, models={"hybrid": DEFAULT_MODELS["hybrid"]})
+    sel = mem.recall("PROJ-4417", record=False)
+    assert not sel.abstained and sel.hits[0].text == FACTS[0]
+    assert sel.hits[0].explanation.admitted_by == "exact token" and sel.override == "exact token"
