@@ -11,7 +11,10 @@ import numpy as np
 import pytest
 
 from hopmem.agent import DEFAULT_GATES, DEFAULT_MODELS, AgentMemory, RecallConfig, VerdictModel
-from hopmem.agent.verdict import GROUNDING_DEFAULT_GATES, MARGIN_NEIGHBOURS, VERDICT_FEATURES, fit_model
+from hopmem.agent.config import MARGIN_FEATURES
+from hopmem.agent.verdict import (CROWD_COSINE, GROUNDING_DEFAULT_GATES, MARGIN_NEIGHBOURS, OTHER_DEFAULTS,
+                                  VERDICT_FEATURES,
+                                  default_model, features_for, fit_model, margin)
 from hopmem.encoders import HashingEncoder
 from hopmem.errors import InvalidInput
 from hopmem.gates import calibrate
@@ -234,3 +237,77 @@ def test_exact_tokens_still_admit_whatever_the_model_says(tmp_path):
     sel = mem.recall("PROJ-4417", record=False)
     assert not sel.abstained and sel.hits[0].text == FACTS[0]
     assert sel.hits[0].explanation.admitted_by == "exact token" and sel.override == "exact token"
+
+
+# -- margin variants (RecallConfig.margin_feature, crowd_feature) ----------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(MARGIN_FEATURES))
+def test_each_margin_is_the_head_mean_above_the_mean_of_the_ten_after_the_skipped(tmp_path, name):
+    mem, _ = make(tmp_path)
+    for i in range(12):  # enough entries for ten neighbours after the skipped ones
+        mem.remember(f"Note {i}: the billing service database {['backup', 'index', 'replica'][i % 3]} "
+                     f"number {i} was checked.")
+    query = "Which database does the billing service use?"
+    head, skip = MARGIN_FEATURES[name]
+    sel = mem.recall(query, mode="associative", record=False)
+    mem2 = AgentMemory.open(tmp_path / "mem.db", encoder=ENC, namespace="team", clock=Clock(),
+                            config=RecallConfig(margin_feature=name, crowd_feature=True))
+    sel2 = mem2.recall(query, mode="associative", record=False)
+    ranked = mem2.rank(query, mode="associative", limit=100)
+    cosines = sorted((h.explanation.semantic for h in ranked), reverse=True)
+    assert len(cosines) >= skip + MARGIN_NEIGHBOURS
+    expected = np.mean(cosines[:head]) - np.mean(cosines[skip:skip + MARGIN_NEIGHBOURS])
+    assert sel2.features[name] == pytest.approx(expected, abs=1e-3)
+    assert {"evidence", name, "crowd"} <= set(sel2.features)
+    crowd = sum(c >= cosines[0] - CROWD_COSINE for c in cosines[1:MARGIN_NEIGHBOURS])
+    assert sel2.features["crowd"] == crowd
+    if name in sel.features:  # the default configuration's margin is the same number
+        assert sel2.features[name] == pytest.approx(sel.features[name], abs=1e-6)
+    # a multi-answer neighbourhood (several entries close to the best) does not shrink the margin after them
+    assert margin([0.8, 0.79, 0.78, 0.3, 0.3], 1, 3) == pytest.approx(0.5)
+    assert margin([0.8, 0.79, 0.78, 0.3, 0.3], 1, 0) == pytest.approx(0.8 - 2.97 / 5)
+    assert margin([0.8], 1, 3) == 0.0 and margin([], 1, 0) == 0.0
+
+
+def test_calibrate_fits_the_configured_features_and_stored_models_keep_theirs(tmp_path):
+    other = "margin_after3" if VERDICT_FEATURES["hybrid"][-1] != "margin_after3" else "margin"
+    config = RecallConfig(margin_feature=other, crowd_feature=True)
+    mem, _ = make(tmp_path, config=config)
+    assert features_for("hybrid", config) == ("evidence", "novelty", other, "crowd")
+    assert features_for("associative", config) == ("evidence", other, "crowd")
+    sel = mem.recall("Which database does the billing service use?", record=False)
+    assert not sel.calibrated and sel.statistic == pytest.approx(
+        default_model("hybrid", config).log_odds(sel.features), abs=1e-5)
+    mem.calibrate(RELATED, UNRELATED)
+    models = mem.verdict_models
+    assert models["hybrid"].features == ("evidence", "novelty", other, "crowd")
+    assert models["associative"].features == ("evidence", other, "crowd")
+    mem.close()
+    # opened with the default configuration, the stored models still read the features they were fitted on
+    again = AgentMemory.open(tmp_path / "mem.db", encoder=ENC, namespace="team", clock=Clock())
+    sel = again.recall("Which database does the billing service use?", record=False)
+    assert {other, "crowd"} <= set(sel.features) and set(VERDICT_FEATURES["hybrid"]) <= set(sel.features)
+    assert sel.statistic == pytest.approx(models["hybrid"].log_odds(sel.features), abs=1e-5)
+    with pytest.raises(InvalidInput):
+        RecallConfig(margin_feature="margin_after7")
+    with pytest.raises(InvalidInput):
+        RecallConfig(crowd_feature=1)
+    with pytest.raises(InvalidInput):  # keyword mode cannot compute a margin
+        again.set_gates({"keyword": calibrate([0.3, 0.4], [0.0, 0.1])}, models={"keyword": models["hybrid"]})
+
+
+def test_crowd_feature_off_is_the_previous_verdict(tmp_path):
+    assert VERDICT_FEATURES["hybrid"] == ("evidence", "novelty", "margin", "crowd")
+    old = RecallConfig(crowd_feature=False)
+    model = default_model("hybrid", old)
+    assert model.features == ("evidence", "novelty", "margin")
+    assert model == OTHER_DEFAULTS[model.features][0]
+    mem, _ = make(tmp_path, config=old)
+    sel = mem.recall("Which database does the billing service use?", record=False)
+    assert set(sel.features) == {"evidence", "novelty", "margin"}
+    assert sel.tau == OTHER_DEFAULTS[model.features][1].tau != DEFAULT_GATES["hybrid"].tau
+    assert sel.statistic == pytest.approx(model.log_odds(sel.features), abs=1e-5)
+    mem.calibrate(RELATED, UNRELATED)
+    assert mem.verdict_models["hybrid"].features == ("evidence", "novelty", "margin")
+    assert mem.verdict_models["associative"].features == ("evidence", "margin")

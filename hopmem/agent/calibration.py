@@ -21,10 +21,10 @@ import numpy as np
 
 from ..errors import InvalidInput
 from ..gates import Gate, auc, calibrate as _calibrate_scores
-from .config import MODES
+from .config import MODES, RecallConfig
 from .recall import RecallMixin
 from .results import Selection
-from .verdict import DEFAULT_MODELS, VERDICT_FEATURES, VerdictModel, fit_model, select_gates
+from .verdict import MODE_FEATURES, VerdictModel, default_model, features_for, fit_model, select_gates
 
 __all__ = ["CalibrationMixin"]
 
@@ -109,7 +109,7 @@ class CalibrationMixin(RecallMixin):
             common = dict(holdout_fraction=holdout_fraction, seed=seed, writes=n, locations=n)
             if self.config.verdict == "model":
                 models[mode], gates[mode] = self._fit_verdict(mode, rel, unrel, error_budget, holdout_fraction,
-                                                              seed, n)
+                                                              seed, n, self.config)
             else:
                 models[mode] = None
                 gates[mode] = _calibrate_scores([-1.0 if s.statistic is None else s.statistic for s in rel],
@@ -123,7 +123,7 @@ class CalibrationMixin(RecallMixin):
 
     @staticmethod
     def _fit_verdict(mode: str, rel: list[Selection], unrel: list[Selection], error_budget: float,
-                     holdout_fraction: float, seed: int, n: int) -> tuple[VerdictModel, Gate]:
+                     holdout_fraction: float, seed: int, n: int, config: RecallConfig) -> tuple[VerdictModel, Gate]:
         """The verdict model and the gate on its log-odds, both fitted on the same fitting part."""
         rng = np.random.default_rng(seed)
         rel_fit, rel_held = _split(rel, holdout_fraction, rng)
@@ -131,9 +131,9 @@ class CalibrationMixin(RecallMixin):
         rel_features = [s.features for s in rel_fit if s.features]
         unrel_features = [s.features for s in unrel_fit if s.features]
         if rel_features and unrel_features:
-            model = fit_model(VERDICT_FEATURES[mode], rel_features, unrel_features)
+            model = fit_model(features_for(mode, config), rel_features, unrel_features)
         else:
-            model = DEFAULT_MODELS[mode]
+            model = default_model(mode, config)
 
         def log_odds(sels: list[Selection]) -> np.ndarray:
             return np.array([model.log_odds(s.features) if s.features else NO_CANDIDATES["model"] for s in sels])
@@ -176,9 +176,9 @@ class CalibrationMixin(RecallMixin):
                         if value is not None and not isinstance(value, kind):
                             raise InvalidInput(f"{name} of {mode!r}: expected a {kind.__name__}, "
                                                f"got {type(value).__name__}")
-                    if model is not None and model.features != VERDICT_FEATURES[mode]:
-                        raise InvalidInput(f"verdict model of {mode!r}: expected features "
-                                           f"{VERDICT_FEATURES[mode]}, got {model.features}")
+                    if model is not None and not set(model.features) <= MODE_FEATURES[mode]:
+                        raise InvalidInput(f"verdict model of {mode!r}: expected features among "
+                                           f"{sorted(MODE_FEATURES[mode])}, got {model.features}")
                     if gate is None:
                         self._store.delete_meta(key)
                         self._store.delete_meta(band_key)

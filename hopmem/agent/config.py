@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from ..errors import InvalidInput
 
-__all__ = ["MODES", "DURABILITIES", "DEFAULT_UPDATE_CUES", "DEFAULT_RRF_WEIGHTS", "RecallConfig"]
+__all__ = ["MODES", "DURABILITIES", "DEFAULT_UPDATE_CUES", "DEFAULT_RRF_WEIGHTS", "MARGIN_FEATURES", "RecallConfig"]
 
 MODES = ("hybrid", "associative", "keyword")
 DURABILITIES = ("shared", "session")
@@ -27,6 +27,19 @@ DEFAULT_UPDATE_CUES = (
     r"finished|upgraded|downgraded|rescheduled|postponed|reduced|updated|anymore|any more|stopped|started|"
     r"promoted|renamed|left|quit|became|nowadays|currently)\b"
 )
+
+
+#: The semantic margins a verdict model can read (``RecallConfig.margin_feature``), as ``(head, skip)``:
+#: the mean cosine of the ``head`` nearest entries minus the mean cosine of the ten nearest after the
+#: ``skip`` nearest (see :func:`hopmem.agent.verdict.margin`). ``margin`` (the nearest against the ten
+#: nearest, itself included) is the original one.
+MARGIN_FEATURES: Mapping[str, tuple[int, int]] = {
+    "margin": (1, 0),
+    "margin_after3": (1, 3),
+    "margin_after5": (1, 5),
+    "margin_head3": (3, 3),
+    "margin_head5": (5, 5),
+}
 
 
 #: Weight of each ranked list in reciprocal rank fusion.
@@ -52,8 +65,11 @@ class RecallConfig:
     The verdict (abstain or not) compares one statistic with the verdict
     gate's ``tau``. With ``verdict="model"`` (the default) the statistic is the
     log-odds of a logistic model over the mode's verdict features (the best
-    candidate's evidence, the query's novelty, the semantic margin; see
-    :mod:`hopmem.agent.verdict`), fitted by :meth:`AgentMemory.calibrate`.
+    candidate's evidence, the query's novelty, the semantic margin, chosen by
+    ``margin_feature`` among :data:`MARGIN_FEATURES`, and with
+    ``crowd_feature`` the number of entries almost as close as the nearest;
+    see :mod:`hopmem.agent.verdict`), fitted by :meth:`AgentMemory.calibrate`.
+    ``crowd_feature=False`` is the previous three-feature verdict.
     With ``verdict="grounding"`` it is a fixed formula: hybrid ``best keyword
     + grounding_semantic_weight * best path``, keyword mode the best keyword,
     associative mode the best path (or, with
@@ -89,6 +105,8 @@ class RecallConfig:
     rrf_weights: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_RRF_WEIGHTS))
     associative_statistic: str = "evidence"
     verdict: str = "model"
+    margin_feature: str = "margin"
+    crowd_feature: bool = True
     rebuild_dead_fraction: float = 0.2
 
     def __post_init__(self) -> None:
@@ -117,6 +135,10 @@ class RecallConfig:
             raise InvalidInput(f"activation: expected 'exact' or 'compact', got {self.activation!r}")
         if self.verdict not in ("model", "grounding"):
             raise InvalidInput(f"verdict: expected 'model' or 'grounding', got {self.verdict!r}")
+        if self.margin_feature not in MARGIN_FEATURES:
+            raise InvalidInput(f"margin_feature: expected one of {tuple(MARGIN_FEATURES)}, got {self.margin_feature!r}")
+        if not isinstance(self.crowd_feature, bool):
+            raise InvalidInput(f"crowd_feature: expected a bool, got {self.crowd_feature!r}")
         if self.associative_statistic not in ("evidence", "first_contact"):
             raise InvalidInput(
                 f"associative_statistic: expected 'evidence' or 'first_contact', got {self.associative_statistic!r}")

@@ -14,7 +14,14 @@ Two questions, two gates (:class:`hopmem.gates.Gate`):
    * ``margin``: how far the nearest entry's cosine stands above the mean of
      the ten nearest (modes that read vectors): a question about something
      remembered has one clear nearest statement, an unanswerable one a flat
-     neighbourhood.
+     neighbourhood (``RecallConfig.margin_feature`` selects a variant from
+     :data:`~hopmem.agent.config.MARGIN_FEATURES`; the default is this one);
+   * ``crowd``: how many of the next nine nearest entries are within
+     :data:`CROWD_COSINE` (0.05) of the nearest one (modes that read vectors;
+     ``RecallConfig.crowd_feature``, on by default): a question answered by
+     several statements together (a history, a list) has several entries
+     about as close as the best, which shrinks its margin; the model learns
+     how much such a plateau says instead.
 
    :meth:`~hopmem.agent.AgentMemory.calibrate` fits the model (L2-regularised
    logistic regression on standardised features) and then the gate's ``tau``
@@ -40,22 +47,39 @@ import numpy as np
 
 from ..errors import InvalidInput
 from ..gates import Bands, Gate
-from .config import RecallConfig
+from .config import MARGIN_FEATURES, RecallConfig
 from .evidence import Evidence
 
-__all__ = ["DEFAULT_GATES", "DEFAULT_BAND_GATES", "DEFAULT_MODELS", "GROUNDING_DEFAULT_GATES", "VERDICT_FEATURES",
-           "VerdictModel", "Verdict", "fit_model", "verdict_features", "grounding_statistic", "select_gates",
+__all__ = ["DEFAULT_GATES", "DEFAULT_BAND_GATES", "DEFAULT_MODELS", "GROUNDING_DEFAULT_GATES", "OTHER_DEFAULTS",
+           "VERDICT_FEATURES", "CROWD_COSINE", "MARGIN_NEIGHBOURS",
+           "MODE_FEATURES", "VerdictModel", "Verdict", "default_model", "features_for", "fit_model", "margin",
+           "verdict_features", "grounding_statistic", "select_gates",
            "gate_note", "decide", "admit", "abstention_reason", "admission_reason"]
 
-#: The features each mode's verdict model reads (see the module docstring).
-VERDICT_FEATURES: Mapping[str, tuple[str, ...]] = {
-    "hybrid": ("evidence", "novelty", "margin"),
-    "associative": ("evidence", "margin"),
-    "keyword": ("evidence", "novelty"),
+#: Entries whose cosines define a semantic margin: the nearest one(s) against the mean of this many.
+MARGIN_NEIGHBOURS = 10
+#: ``crowd`` counts the next :data:`MARGIN_NEIGHBOURS` - 1 nearest entries within this cosine of the nearest.
+CROWD_COSINE = 0.05
+#: Which verdict features each mode can compute.
+MODE_FEATURES: Mapping[str, frozenset[str]] = {
+    "hybrid": frozenset({"evidence", "novelty", "crowd", *MARGIN_FEATURES}),
+    "associative": frozenset({"evidence", "crowd", *MARGIN_FEATURES}),
+    "keyword": frozenset({"evidence", "novelty"}),
 }
 
-#: Entries whose cosines define the semantic margin: the nearest one against the mean of this many.
-MARGIN_NEIGHBOURS = 10
+
+def features_for(mode: str, config: RecallConfig) -> tuple[str, ...]:
+    """The features ``mode``'s verdict model reads under ``config`` (what :meth:`calibrate` fits)."""
+    if mode == "keyword":
+        return ("evidence", "novelty")
+    vector = (config.margin_feature, *(("crowd",) if config.crowd_feature else ()))
+    return ("evidence", "novelty", *vector) if mode == "hybrid" else ("evidence", *vector)
+
+
+#: The features each mode's verdict model reads with the default :class:`RecallConfig` (see the module
+#: docstring).
+VERDICT_FEATURES: Mapping[str, tuple[str, ...]] = {mode: features_for(mode, RecallConfig())
+                                                   for mode in ("hybrid", "associative", "keyword")}
 #: L2 penalty of the logistic regression, on standardised features (chosen on the development set).
 MODEL_L2 = 1.0
 
@@ -123,15 +147,6 @@ def fit_model(features: Sequence[str], relevant: Sequence[Mapping[str, float]],
     return VerdictModel(features=tuple(features), weights=tuple(float(x) for x in weights), intercept=intercept)
 
 
-#: The uncalibrated verdict models: fitted with :func:`fit_model` on every gate-decided question of the
-#: development conversations (``python -m benchmarks.agent_eval.run --data dev --fit-defaults``).
-DEFAULT_MODELS: Mapping[str, VerdictModel] = {
-    "hybrid": VerdictModel(("evidence", "novelty", "margin"), (2.289, -2.815, 9.671), -1.310),
-    "associative": VerdictModel(("evidence", "margin"), (4.317, 11.942), -2.824),
-    "keyword": VerdictModel(("evidence", "novelty"), (7.721, -3.705), -1.985),
-}
-
-
 def _default_gate(tau: float) -> Gate:
     return Gate(tau=tau, coverage=0.0, error_rate=0.0, auc=0.5, n_relevant=0, n_irrelevant=0,
                 calibrated_writes=None, calibrated_locations=None,
@@ -139,14 +154,44 @@ def _default_gate(tau: float) -> Gate:
                 holdout_coverage=None, holdout_error_rate=None)
 
 
+#: The uncalibrated verdict models: fitted with :func:`fit_model` on every gate-decided question of the
+#: development conversations (``python -m benchmarks.agent_eval.run --data dev --fit-defaults``).
+DEFAULT_MODELS: Mapping[str, VerdictModel] = {
+    "hybrid": VerdictModel(("evidence", "novelty", "margin", "crowd"), (2.100, -2.793, 13.455, 0.373), -2.285),
+    "associative": VerdictModel(("evidence", "margin", "crowd"), (4.111, 13.730, 0.162), -3.190),
+    "keyword": VerdictModel(("evidence", "novelty"), (7.721, -3.705), -1.985),
+}
 #: Used with the :data:`DEFAULT_MODELS` until :meth:`AgentMemory.calibrate` is called: deliberately
 #: strict (the development set's gates at error budget 0.1; a calibrated gate usually abstains less),
 #: and every selection's ``reason`` says the gate is uncalibrated. Thresholds on log-odds.
 DEFAULT_GATES: Mapping[str, Gate] = {
-    "hybrid": _default_gate(2.06),
-    "associative": _default_gate(1.60),
+    "hybrid": _default_gate(1.70),
+    "associative": _default_gate(1.54),
     "keyword": _default_gate(2.12),
 }
+#: Uncalibrated models and gates for other feature sets (``RecallConfig.margin_feature``,
+#: ``crowd_feature``), fitted the same way: here the models without ``crowd`` (``crowd_feature=False``,
+#: the defaults before it). A feature set without an entry uses its mode's :data:`DEFAULT_MODELS` and
+#: :data:`DEFAULT_GATES` entries (a model's features are computed by name whatever the configuration).
+OTHER_DEFAULTS: Mapping[tuple[str, ...], tuple[VerdictModel, Gate]] = {
+    ("evidence", "novelty", "margin"): (
+        VerdictModel(("evidence", "novelty", "margin"), (2.289, -2.815, 9.671), -1.310), _default_gate(2.06)),
+    ("evidence", "margin"): (VerdictModel(("evidence", "margin"), (4.317, 11.942), -2.824), _default_gate(1.60)),
+}
+
+
+def default_model(mode: str, config: RecallConfig) -> VerdictModel:
+    """The uncalibrated verdict model of ``mode`` under ``config``."""
+    return _defaults(mode, config)[0]
+
+
+def _defaults(mode: str, config: RecallConfig) -> tuple[VerdictModel, Gate]:
+    features = features_for(mode, config)
+    if DEFAULT_MODELS[mode].features != features and features in OTHER_DEFAULTS:
+        return OTHER_DEFAULTS[features]
+    return DEFAULT_MODELS[mode], DEFAULT_GATES[mode]
+
+
 #: The uncalibrated gates of ``RecallConfig.verdict = "grounding"`` (thresholds on that statistic).
 GROUNDING_DEFAULT_GATES: Mapping[str, Gate] = {
     "hybrid": _default_gate(0.6),
@@ -173,7 +218,8 @@ def select_gates(gates: Mapping[str, Gate], band_gates: Mapping[str, Gate], mode
     if gate is not None:
         return gate, band_gates.get(mode, gate), models.get(mode), True
     if config.verdict == "model":
-        return DEFAULT_GATES[mode], DEFAULT_BAND_GATES[mode], DEFAULT_MODELS[mode], False
+        model, default_gate = _defaults(mode, config)
+        return default_gate, DEFAULT_BAND_GATES[mode], model, False
     return GROUNDING_DEFAULT_GATES[mode], DEFAULT_BAND_GATES[mode], None, False
 
 
@@ -186,15 +232,32 @@ def gate_note(gate: Gate, calibrated: bool, entries: int) -> str:
     return ""
 
 
-def verdict_features(mode: str, evidence: Evidence, ids: Sequence[int], novelty: float) -> dict[str, float]:
-    """The values of the verdict features of ``mode`` for the scored candidates ``ids``."""
+def margin(near: Sequence[float], head: int, skip: int) -> float:
+    """Mean of the ``head`` first of the descending cosines ``near`` minus the mean of the
+    :data:`MARGIN_NEIGHBOURS` after the ``skip`` first (the last one if there are no more); 0 if empty."""
+    if not near:
+        return 0.0
+    top = near[:head]
+    rest = near[skip:skip + MARGIN_NEIGHBOURS] or near[-1:]
+    return sum(top) / len(top) - sum(rest) / len(rest)
+
+
+def verdict_features(mode: str, evidence: Evidence, ids: Sequence[int], novelty: float,
+                     names: Collection[str] | None = None) -> dict[str, float]:
+    """The values of the verdict features ``names`` (default :data:`VERDICT_FEATURES` of ``mode``; those
+    ``mode`` cannot compute are left out) for the scored candidates ``ids``."""
+    wanted = MODE_FEATURES[mode] & set(VERDICT_FEATURES[mode] if names is None else names)
     values = {"evidence": evidence.value[evidence.best(ids)]}
-    if mode in ("hybrid", "keyword"):
+    if "novelty" in wanted:
         values["novelty"] = novelty
-    if mode in ("hybrid", "associative"):
+    vector = wanted & (set(MARGIN_FEATURES) | {"crowd"})
+    if vector:
         near = sorted((evidence.semantic[i] for i in ids if i in evidence.semantic), reverse=True)
-        near = near[:MARGIN_NEIGHBOURS]
-        values["margin"] = near[0] - sum(near) / len(near) if near else 0.0
+        for name in [m for m in MARGIN_FEATURES if m in vector]:
+            values[name] = margin(near, *MARGIN_FEATURES[name])
+        if "crowd" in vector:
+            close = [c for c in near[1:MARGIN_NEIGHBOURS] if c >= near[0] - CROWD_COSINE]
+            values["crowd"] = float(len(close))
     return values
 
 
@@ -243,7 +306,8 @@ def decide(mode: str, config: RecallConfig, gate: Gate, model: VerdictModel | No
            ids: Sequence[int], first_contact: float | None, novelty: float) -> Verdict:
     """Is anything relevant remembered? The verdict on the scored candidates ``ids``."""
     best_ev = evidence.value[evidence.best(ids)]
-    features = verdict_features(mode, evidence, ids, novelty)
+    names = {*features_for(mode, config), *(model.features if model is not None else ())}
+    features = verdict_features(mode, evidence, ids, novelty, names)
     if model is None:
         statistic, what = grounding_statistic(mode, config, evidence, ids, first_contact, novelty)
     else:
