@@ -266,6 +266,18 @@ HM_INLINE double ddot(const double *a, const double *b, int64_t dim) {
     return lanes_sum(lo, hi, tail);
 }
 
+HM_INLINE double fddot(const float *a, const double *b, int64_t dim) {
+    v4d lo = {0}, hi = {0};
+    double tail = 0.0;
+    int64_t i = 0;
+    for (; i + 8 <= dim; i += 8) {
+        lo += LDF4(a + i) * LDD(b + i);
+        hi += LDF4(a + i + 4) * LDD(b + i + 4);
+    }
+    for (; i < dim; i++) tail += (double)a[i] * b[i];
+    return lanes_sum(lo, hi, tail);
+}
+
 HM_INLINE double fnorm(const float *a, int64_t dim) {
     v4d lo = {0}, hi = {0};
     double tail = 0.0;
@@ -293,6 +305,15 @@ HM_INLINE double ddot(const double *a, const double *b, int64_t dim) {
     return lanes_sum8(acc, tail);
 }
 
+HM_INLINE double fddot(const float *a, const double *b, int64_t dim) {
+    double acc[8] = {0}, tail = 0.0;
+    int64_t i = 0;
+    for (; i + 8 <= dim; i += 8)
+        for (int l = 0; l < 8; l++) acc[l] += (double)a[i + l] * b[i + l];
+    for (; i < dim; i++) tail += (double)a[i] * b[i];
+    return lanes_sum8(acc, tail);
+}
+
 HM_INLINE double fnorm(const float *a, int64_t dim) {
     double acc[8] = {0}, tail = 0.0;
     int64_t i = 0;
@@ -306,12 +327,12 @@ HM_INLINE double fnorm(const float *a, int64_t dim) {
 /* Short sums over the k activated rows, written for instruction-level
  * parallelism: several rows (or several output lanes) are in flight at once,
  * while every single value is still summed in exactly the order of the plain
- * loop it replaces (ddot's lanes; j = 0, 1, ... from +0.0), so results are
+ * loop it replaces (fddot's lanes; j = 0, 1, ... from +0.0), so results are
  * bit-equal to the straightforward code and to each other. */
 
-/* out[j] = ddot(rows[j], x) / norm for j < n (0 everywhere when norm < TINY). */
-HM_INLINE void ddot_rows(const double *const *rows, int64_t n, const double *x, double norm,
-                         int64_t dim, double *out) {
+/* out[j] = fddot(rows[j], x) / norm for j < n (0 everywhere when norm < TINY). */
+HM_INLINE void fddot_rows(const float *const *rows, int64_t n, const double *x, double norm,
+                          int64_t dim, double *out) {
     int64_t j = 0;
     if (norm < HM_TINY) {
         for (; j < n; j++) out[j] = 0.0;
@@ -319,20 +340,20 @@ HM_INLINE void ddot_rows(const double *const *rows, int64_t n, const double *x, 
     }
 #if defined(__GNUC__)
     for (; j + 4 <= n; j += 4) {
-        const double *r0 = rows[j], *r1 = rows[j + 1], *r2 = rows[j + 2], *r3 = rows[j + 3];
+        const float *r0 = rows[j], *r1 = rows[j + 1], *r2 = rows[j + 2], *r3 = rows[j + 3];
         v4d l0 = {0}, h0 = {0}, l1 = {0}, h1 = {0}, l2 = {0}, h2 = {0}, l3 = {0}, h3 = {0};
         int64_t i = 0;
         for (; i + 8 <= dim; i += 8) {
             v4d xl = LDD(x + i), xh = LDD(x + i + 4);
-            l0 += LDD(r0 + i) * xl; h0 += LDD(r0 + i + 4) * xh;
-            l1 += LDD(r1 + i) * xl; h1 += LDD(r1 + i + 4) * xh;
-            l2 += LDD(r2 + i) * xl; h2 += LDD(r2 + i + 4) * xh;
-            l3 += LDD(r3 + i) * xl; h3 += LDD(r3 + i + 4) * xh;
+            l0 += LDF4(r0 + i) * xl; h0 += LDF4(r0 + i + 4) * xh;
+            l1 += LDF4(r1 + i) * xl; h1 += LDF4(r1 + i + 4) * xh;
+            l2 += LDF4(r2 + i) * xl; h2 += LDF4(r2 + i + 4) * xh;
+            l3 += LDF4(r3 + i) * xl; h3 += LDF4(r3 + i + 4) * xh;
         }
         double t0 = 0.0, t1 = 0.0, t2 = 0.0, t3 = 0.0;
         for (; i < dim; i++) {
-            t0 += r0[i] * x[i]; t1 += r1[i] * x[i];
-            t2 += r2[i] * x[i]; t3 += r3[i] * x[i];
+            t0 += (double)r0[i] * x[i]; t1 += (double)r1[i] * x[i];
+            t2 += (double)r2[i] * x[i]; t3 += (double)r3[i] * x[i];
         }
         out[j] = lanes_sum(l0, h0, t0) / norm;
         out[j + 1] = lanes_sum(l1, h1, t1) / norm;
@@ -340,29 +361,49 @@ HM_INLINE void ddot_rows(const double *const *rows, int64_t n, const double *x, 
         out[j + 3] = lanes_sum(l3, h3, t3) / norm;
     }
 #endif
-    for (; j < n; j++) out[j] = ddot(rows[j], x, dim) / norm;
+    for (; j < n; j++) out[j] = fddot(rows[j], x, dim) / norm;
 }
 
-/* y[i] = sum_j w[j] * u_j[i], each y[i] summed in j order from +0.0, as
- * zeroing y and adding one row after another would. prefetch: the rows are
- * scattered and rarely in cache (the counters): each is asked for 64 values
- * ahead of its use, as the hardware does not follow n interleaved streams. */
-HM_INLINE void combine_d(double *y, const double *w, const double *const *u, int64_t n,
-                         int64_t dim, int prefetch) {
+/* y[i] = sum_j w[j] * u_j[i] (u_j float32), each y[i] summed in j order from
+ * +0.0, as zeroing y and adding one row after another would. */
+HM_INLINE void combine_f(double *y, const double *w, const float *const *u, int64_t n,
+                         int64_t dim) {
     int64_t i = 0;
 #if defined(__GNUC__)
-    if (prefetch)
-        for (int64_t j = 0; j < n; j++)
-            for (int64_t b = 0; b < 64 && b < dim; b += 8) __builtin_prefetch(u[j] + b);
+    for (; i + 16 <= dim; i += 16) {
+        v4d y0 = {0}, y1 = {0}, y2 = {0}, y3 = {0};
+        for (int64_t j = 0; j < n; j++) {
+            v4d f = {w[j], w[j], w[j], w[j]};
+            const float *x = u[j] + i;
+            y0 += f * LDF4(x); y1 += f * LDF4(x + 4);
+            y2 += f * LDF4(x + 8); y3 += f * LDF4(x + 12);
+        }
+        memcpy(y + i, &y0, sizeof y0); memcpy(y + i + 4, &y1, sizeof y1);
+        memcpy(y + i + 8, &y2, sizeof y2); memcpy(y + i + 12, &y3, sizeof y3);
+    }
+#endif
+    for (; i < dim; i++) {
+        double t = 0.0;
+        for (int64_t j = 0; j < n; j++) t += w[j] * (double)u[j][i];
+        y[i] = t;
+    }
+}
+
+/* The same for float64 rows: y[i] = sum_j w[j] * u_j[i]. These rows (the
+ * counters) are scattered and rarely in cache: each is prefetched 64 values
+ * ahead of its use, as the hardware does not follow n interleaved streams. */
+HM_INLINE void combine_d(double *y, const double *w, const double *const *u, int64_t n,
+                         int64_t dim) {
+    int64_t i = 0;
+#if defined(__GNUC__)
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t b = 0; b < 64 && b < dim; b += 8) __builtin_prefetch(u[j] + b);
     for (; i + 16 <= dim; i += 16) {
         v4d y0 = {0}, y1 = {0}, y2 = {0}, y3 = {0};
         for (int64_t j = 0; j < n; j++) {
             v4d f = {w[j], w[j], w[j], w[j]};
             const double *x = u[j] + i;
-            if (prefetch && i + 80 <= dim) {
-                __builtin_prefetch(x + 64);
-                __builtin_prefetch(x + 72);
-            }
+            if (i + 80 <= dim) { __builtin_prefetch(x + 64); __builtin_prefetch(x + 72); }
             y0 += f * LDD(x); y1 += f * LDD(x + 4);
             y2 += f * LDD(x + 8); y3 += f * LDD(x + 12);
         }
@@ -968,16 +1009,17 @@ int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const flo
     /* Float64: the fast result, the state and the next state [d each], the
      * iteration's similarities and the read-out factors [k each]. */
     double *buf = (double *)malloc((3 * (size_t)d + 2 * kp) * sizeof(double));
-    /* The activated addresses and unit patterns as float64 copies of their
-     * float32 values [k * dim each], made once per iterative read. */
-    double *rows64 = (double *)malloc(2 * kp * (size_t)d * sizeof(double));
-    const double **ptrs = (const double **)malloc(3 * kp * sizeof(double *));
-    int ok = act_alloc(&a, s->size, kmax, d) && buf && rows64 && ptrs;
+    /* Unit patterns in float32: half the bytes per iteration of float64 ones,
+     * which matters when k is large (the state still accumulates in float64). */
+    float *own_units = (float *)malloc(kp * (size_t)d * sizeof(float));
+    const float **units = (const float **)malloc(2 * kp * sizeof(float *));
+    const double **crows = (const double **)malloc(kp * sizeof(double *));
+    int ok = act_alloc(&a, s->size, kmax, d) && buf && own_units && units && crows;
     int64_t kk = ok ? activate(s, c, q, dots, dots_error, rows, sims, &a) : HM_ERR_NOMEM;
     act_free(&a);
-    if (kk < 0) { free(buf); free(rows64); free(ptrs); return kk; }
+    if (kk < 0) { free(buf); free(own_units); free(units); free(crows); return kk; }
     double *acc = buf, *xi = acc + d, *nxt = xi + d, *s_it = nxt + d, *f = s_it + kp;
-    const double **crows = ptrs, **arows = ptrs + kp, **units = ptrs + 2 * kp;
+    const float **arows = units + kp;   /* the activated addresses */
 
     /* Fast read: softmax over the initial similarities, raw patterns. */
     softmax_d(sims, kk, c->beta, weights);
@@ -985,37 +1027,33 @@ int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const flo
         crows[j] = s->counters + rows[j] * d;
         f[j] = weights[j] / s->weights[rows[j]];
     }
-    combine_d(acc, f, crows, kk, d, 1);
+    combine_d(acc, f, crows, kk, d);
     normalize_d(acc, d);
     for (int64_t i = 0; i < d; i++) fast_result[i] = (float)acc[i];
     if (fast_only) {
         memcpy(result, fast_result, (size_t)d * sizeof(float));
         *iterations = 1;
         *converged = 1;
-        free(buf); free(rows64); free(ptrs);
+        free(buf); free(own_units); free(units); free(crows);
         return kk;
     }
 
-    /* Iterative read over the fixed set: unit patterns rounded to float32,
-     * state on the sphere in float64. The float32 values are converted to
-     * float64 once here (exactly) rather than on every iteration. A plain-mode
-     * location of weight 1 holds one input x: its address was made as
-     * float(normalize(x)), exactly its unit pattern, so one copy serves both. */
+    /* Iterative read over the fixed set: unit patterns, state on the sphere.
+     * A plain-mode location of weight 1 holds one input x: its address was
+     * made as float(normalize(x)), exactly its unit pattern, so it is reused. */
     for (int64_t j = 0; j < kk; j++) {
         int64_t row = rows[j];
-        const float *aj = s->addresses + row * d;
-        double *a64 = rows64 + 2 * j * d, *u64 = a64 + d;
-        for (int64_t i = 0; i < d; i++) a64[i] = (double)aj[i];
-        arows[j] = a64;
+        arows[j] = s->addresses + row * d;
         if (!c->competitive && s->weights[row] == 1.0) {
-            units[j] = a64;
+            units[j] = arows[j];
             continue;
         }
         const double *cj = crows[j];
         double norm = sqrt(ddot(cj, cj, d));  /* as normalize_d, without the copy */
-        if (norm >= HM_TINY) for (int64_t i = 0; i < d; i++) u64[i] = (double)(float)(cj[i] / norm);
-        else for (int64_t i = 0; i < d; i++) u64[i] = (double)(float)cj[i];
-        units[j] = u64;
+        float *u = own_units + j * d;
+        if (norm >= HM_TINY) for (int64_t i = 0; i < d; i++) u[i] = (float)(cj[i] / norm);
+        else for (int64_t i = 0; i < d; i++) u[i] = (float)cj[i];
+        units[j] = u;
     }
     for (int64_t i = 0; i < d; i++) xi[i] = (double)q[i];
     normalize_d(xi, d);
@@ -1023,9 +1061,9 @@ int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const flo
     int8_t conv = 0;
     while (it < c->t_max) {
         it++;
-        ddot_rows(arows, kk, xi, sqrt(ddot(xi, xi, d)), d, s_it);
+        fddot_rows(arows, kk, xi, sqrt(ddot(xi, xi, d)), d, s_it);
         softmax_d(s_it, kk, c->beta, weights);
-        combine_d(nxt, weights, units, kk, d, 0);
+        combine_f(nxt, weights, units, kk, d);
         normalize_d(nxt, d);
         conv = cos_d(xi, nxt, d) > 1.0 - c->epsilon;
         double *t = xi; xi = nxt; nxt = t;
@@ -1034,7 +1072,7 @@ int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const flo
     for (int64_t i = 0; i < d; i++) result[i] = (float)xi[i];
     *iterations = it;
     *converged = conv;
-    free(buf); free(rows64); free(ptrs);
+    free(buf); free(own_units); free(units); free(crows);
     return kk;
 }
 
