@@ -489,17 +489,38 @@ HM_INLINE void top_insert(float v, int64_t row, int64_t k, int64_t *have, int64_
 HM_INLINE int64_t at_least(const float *values, int64_t n, double cut, int64_t *out) {
     float cf = (float)cut;
     if ((double)cf < cut) cf = nextafterf(cf, INFINITY);
-    int64_t count = 0;
-    for (int64_t j0 = 0; j0 < n; j0 += 8) {
-        int64_t end = j0 + 8 < n ? j0 + 8 : n;
+    int64_t count = 0, j0 = 0;
 #if defined(__GNUC__)
-        v8f cv = {cf, cf, cf, cf, cf, cf, cf, cf};
-        if (end - j0 == 8 && !any8(LD(values + j0) >= cv)) continue;
-#endif
-        for (int64_t j = j0; j < end; j++)
+    v8f cv = {cf, cf, cf, cf, cf, cf, cf, cf};
+    for (; j0 + 32 <= n; j0 += 32) {  /* 32 at a time: one test per four vectors */
+        const float *v = values + j0;
+        if (!any8((LD(v) >= cv) | (LD(v + 8) >= cv) | (LD(v + 16) >= cv) | (LD(v + 24) >= cv)))
+            continue;
+        for (int64_t j = j0; j < j0 + 32; j++)
             if (values[j] >= cf) out[count++] = j;
     }
+#endif
+    for (int64_t j = j0; j < n; j++)
+        if (values[j] >= cf) out[count++] = j;
     return count;
+}
+
+/* The k-th largest of a[0..n) (1 <= k <= n, no NaN); reorders a. Quickselect. */
+static float kth_largest(float *a, int64_t n, int64_t k) {
+    int64_t lo = 0, hi = n - 1, want = k - 1;  /* a[want] once a is sorted descending */
+    while (lo < hi) {
+        float pivot = a[lo + (hi - lo) / 2];
+        int64_t i = lo, j = hi;
+        while (i <= j) {
+            while (a[i] > pivot) i++;
+            while (a[j] < pivot) j--;
+            if (i <= j) { float t = a[i]; a[i] = a[j]; a[j] = t; i++; j--; }
+        }
+        if (want <= j) hi = j;
+        else if (want >= i) lo = i;
+        else break;  /* between j and i: equal to the pivot */
+    }
+    return a[want];
 }
 
 /* Small k over many values, in two cheap passes instead of n insertions:
@@ -514,11 +535,9 @@ HM_INLINE int64_t top_k_blocks(const float *values, int64_t n, int64_t k, int64_
     bs = bs < 8 ? 8 : bs - bs % 8;
     int64_t nb = n / bs;
     float *maxima = (float *)malloc((size_t)nb * sizeof(float));
-    int64_t *mrows = (int64_t *)malloc((size_t)k * sizeof(int64_t));
-    float *mtop = (float *)malloc((size_t)k * sizeof(float));
     hm_pair *cand = NULL;
     int64_t *idx = NULL, rc = -1;
-    if (!maxima || !mrows || !mtop) goto done;
+    if (!maxima) goto done;
     for (int64_t b = 0; b < nb; b++) {
         const float *v = values + b * bs;
 #if defined(__GNUC__)
@@ -544,11 +563,10 @@ HM_INLINE int64_t top_k_blocks(const float *values, int64_t n, int64_t k, int64_
 #endif
         maxima[b] = m;
     }
-    int64_t have = 0;
-    for (int64_t b = 0; b < nb; b++) top_insert(maxima[b], b, k, &have, mrows, mtop);
+    float t = kth_largest(maxima, nb, k);
     idx = (int64_t *)malloc((size_t)n * sizeof(int64_t));
     if (!idx) goto done;
-    int64_t nc = at_least(values, n, (double)mtop[k - 1], idx);
+    int64_t nc = at_least(values, n, (double)t, idx);
     cand = (hm_pair *)malloc((size_t)nc * sizeof(hm_pair));
     if (!cand) goto done;
     for (int64_t j = 0; j < nc; j++) { cand[j].v = values[idx[j]]; cand[j].r = idx[j]; }
@@ -556,7 +574,7 @@ HM_INLINE int64_t top_k_blocks(const float *values, int64_t n, int64_t k, int64_
     for (int64_t j = 0; j < k; j++) { rows[j] = cand[j].r; top[j] = cand[j].v; }
     rc = k;
 done:
-    free(maxima); free(mrows); free(mtop); free(idx); free(cand);
+    free(maxima); free(idx); free(cand);
     return rc;
 }
 
