@@ -432,3 +432,26 @@ def test_seed_002_recipe_runs_unchanged(tmp_path, monkeypatch):
         assert [d["metadata"]["text"] for d in docs] == TURNS
         # "verify the collection is the one you think": stats 404 for a typo
         assert srv.call("GET", "/db/agents/collections/conv-l/stats")[0] == 404
+
+
+def test_load_client_reads_whole_responses_and_stops_on_an_error(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("http_load", ROOT / "benchmarks" / "http_load.py")
+    http_load = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(http_load)
+    queries = [json.dumps({"query": row.tolist()}).encode() for row in np.eye(8)]
+    with LiveServer(tmp_path / "data", 8) as srv:
+        srv.call("POST", "/collections/c/write", {"vectors": np.eye(8).tolist()})
+        r = http_load.run_phase_raw("127.0.0.1", srv.port, None, "POST", "/collections/c/read",
+                                    queries, 4, 300, 60)
+        assert r["requests"] == 300 and r["p50_ms"] > 0
+        batch = [json.dumps({"queries": np.eye(8)[[i % 8 for i in range(500)]].tolist()}).encode()]
+        assert len(srv.call("POST", "/collections/c/batch_analyze", json.loads(batch[0]))[1][
+            "results"]) == 500  # an answer of many TCP segments
+        r = http_load.run_phase_raw("127.0.0.1", srv.port, None, "POST",
+                                    "/collections/c/batch_analyze", batch, 2, 10, 60)
+        assert r["requests"] == 10
+        with pytest.raises(SystemExit, match="400"):  # an empty memory cannot be read
+            http_load.run_phase_raw("127.0.0.1", srv.port, None, "POST",
+                                    "/collections/empty/read", queries, 2, 10, 60)

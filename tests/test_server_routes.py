@@ -375,6 +375,11 @@ BAD_BODIES = [
     (b'{"nothing": 1}', "query"),
     (b'{"query": [' + b", ".join([b'"1"'] * D) + b"]}", "expected a number"),
     (b'{"query": [' + b", ".join([b"true"] * D) + b"]}", "boolean"),
+    (b'{"query": [' + b", ".join([b"0.5"] * (D - 1) + [b"true"]) + b"]}",
+     f"query[{D - 1}]: expected a number, got a boolean"),
+    (b'{"query": [' + b", ".join([b"false"] + [b"0.5"] * (D - 1)) + b"]}",
+     "query[0]: expected a number, got a boolean"),
+    (b'{"query": [' + b", ".join([b"0.5"] * (D - 1) + [b'"0.5"']) + b"]}", "got a string"),
     (b'{"query": [' + b", ".join([b"null"] * D) + b"]}", "null"),
     (b'{"query": [' + b", ".join([b"[1]"] * D) + b"]}", "expected a number"),
     (b'{"query": [' + b", ".join([b"1e39"] * D) + b"]}", "finite"),
@@ -507,3 +512,264 @@ def test_ready_is_503_when_storage_is_unusable(client):
     finally:
         state.datadir.list = real
     assert client.get("/readyz").status_code == 200
+
+
+# -- grouped reads: the same numbers as Memory.analyze, fewer worker hops ---------------------
+
+def _twin(X: np.ndarray):
+    """An in-memory Memory with the default database config and the same writes."""
+    from hopmem import Memory
+
+    mem = Memory(D)
+    mem.write(X)
+    return mem
+
+
+def _assert_same_trace(got, want) -> None:
+    np.testing.assert_array_equal(got.result, want.result)
+    np.testing.assert_array_equal(got.activated, want.activated)
+    assert (got.fidelity, got.first_contact) == (want.fidelity, want.first_contact)
+    assert (got.iterations, got.converged) == (want.iterations, want.converged)
+
+
+class _CountingExecutor:
+    """A thread pool that counts the calls handed to it."""
+
+    def __init__(self) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.pool = ThreadPoolExecutor(4)
+        self.submitted = 0
+
+    def submit(self, fn, *args):
+        self.submitted += 1
+        return self.pool.submit(fn, *args)
+
+
+def _gather_reads(groups, calls):
+    import asyncio
+
+    async def main():
+        return await asyncio.gather(*(groups.analyze(*c) for c in calls), return_exceptions=True)
+
+    return asyncio.run(main())
+
+
+def test_read_groups_share_worker_hops_and_keep_each_reads_numbers():
+    from hopmem.server.reads import ReadGroups
+
+    X = unit_rows(30, seed=11)
+    mem = _twin(X)
+    queries = unit_rows(24, seed=12) + X[:24]
+    strategies = ["iterative", "fast"] * 12
+    executor = _CountingExecutor()
+    traces = _gather_reads(ReadGroups(executor, parallel=1),
+                           [(mem, q, s) for q, s in zip(queries, strategies)])
+    executor.pool.shutdown()
+    # The first read starts at once, alone; the 23 that queued meanwhile go as one group.
+    assert executor.submitted == 2
+    for q, s, t in zip(queries, strategies, traces):
+        _assert_same_trace(t, mem.analyze(q, s))
+
+
+def test_read_groups_keep_errors_with_their_read_and_skip_cancelled_reads():
+    import asyncio
+    import threading
+
+    from hopmem.server.reads import ReadGroups
+
+    release = threading.Event()
+    seen = []
+
+    class Coll:
+        def analyze(self, query, strategy):
+            if query == "block":
+                release.wait(5)
+            if query == "bad":
+                raise ValueError("bad query")
+            seen.append(query)
+            return query.upper()
+
+    executor = _CountingExecutor()
+
+    async def main():
+        groups = ReadGroups(executor, parallel=1)
+        coll = Coll()
+        first = asyncio.ensure_future(groups.analyze(coll, "block", "fast"))
+        await asyncio.sleep(0)  # the first group is running; the next reads wait
+        waiting = [asyncio.ensure_future(groups.analyze(coll, q, "fast"))
+                   for q in ("a", "bad", "gone", "b")]
+        await asyncio.sleep(0)
+        waiting[2].cancel()  # timed out (or the client left) before its group started
+        release.set()
+        return await asyncio.gather(first, *waiting, return_exceptions=True)
+
+    block, a, bad, gone, b = asyncio.run(main())
+    executor.pool.shutdown()
+    assert (block, a, b) == ("BLOCK", "A", "B")
+    assert isinstance(bad, ValueError) and isinstance(gone, asyncio.CancelledError)
+    assert seen == ["block", "a", "b"]  # the cancelled read never ran
+
+
+def test_read_and_analyze_routes_return_memory_analyze_numbers(client):
+    from concurrent.futures import ThreadPoolExecutor
+
+    X = unit_rows(40, seed=13)
+    assert client.post("/collections/c/write", json={"vectors": X.tolist()}).status_code == 200
+    mem = _twin(X)
+    queries = np.vstack([unit_rows(30, seed=14) + 0.5 * X[:30],
+                         np.eye(D)[:2]])  # exact 0s and 1s take the element-wise check
+    calls = [(route, q, s) for q in queries for route in ("read", "analyze")
+             for s in ("iterative", "fast")]
+
+    def post(call):
+        route, q, s = call
+        query = [int(x) if x in (0, 1) else x for x in q.tolist()]  # ints are numbers too
+        r = client.post(f"/collections/c/{route}", json={"query": query, "strategy": s})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    with ThreadPoolExecutor(16) as pool:  # concurrent requests: reads go in groups
+        answers = list(pool.map(post, calls))
+    for (route, q, s), got in zip(calls, answers):
+        want = mem.analyze(q, s)
+        np.testing.assert_array_equal(np.float32(got["result"]), want.result)
+        assert (got["fidelity"], got["first_contact"]) == (want.fidelity, want.first_contact)
+        if route == "analyze":
+            assert [a["id"] for a in got["activated_locations"]] == want.activated.tolist()
+            assert (got["iterations"], got["converged"]) == (want.iterations, want.converged)
+
+
+# -- the hot routes skip Starlette's router, and nothing else changes ------------------------
+
+def test_hot_routes_answer_exactly_as_the_router_does(client):
+    X = unit_rows(6, seed=15)
+    client.post("/collections/c/write", json={"vectors": X.tolist()})
+    router_only = TestClient(client.app.router)  # the same endpoints, without HotRoutes
+    requests = [
+        ("/collections/c/read", {"query": X[0].tolist()}),
+        ("/db/default/collections/c/analyze", {"query": X[1].tolist(), "strategy": "fast"}),
+        ("/collections/c/attention", {"query": X[2].tolist()}),
+        ("/collections/c/batch_analyze", {"queries": X[:2].tolist()}),
+        ("/collections/c/documents/query", {"query": X[0].tolist()}),
+        ("/collections/c/read", {"query": [1.0, 2.0]}),          # 400
+        ("/collections/c/read", {"query": [True] * D}),          # 400
+        ("/db/Bad!/collections/c/read", {"query": X[0].tolist()}),  # 400
+        ("/db/nope/collections/c/read", {"query": X[0].tolist()}),  # 404
+    ]
+    for path, body in requests:
+        hot, routed = client.post(path, json=body), router_only.post(path, json=body)
+        assert (hot.status_code, hot.content) == (routed.status_code, routed.content), path
+    write = {"vectors": unit_rows(1, seed=16).tolist()}
+    assert client.post("/collections/c/write", json=write).json() == {"count": 1}
+    assert router_only.post("/collections/c/write", json=write).json() == {"count": 1}
+    # A hot path with another method, or a near miss, is still the application's answer.
+    assert "not allowed" in error_of(client.get("/collections/c/read"), 405)
+    assert "no route" in error_of(client.post("/collections/c/read/extra", json={}), 404)
+    assert "no route" in error_of(client.post("/read", json={}), 404)
+
+
+def test_hot_routes_serve_the_hot_routes_and_pass_the_rest_on(client):
+    import asyncio
+
+    from hopmem.server.routes import HotRoutes
+
+    client.post("/collections/c/write", json={"vectors": unit_rows(3, seed=17).tolist()})
+    passed_on: list[str] = []
+
+    async def app(scope, receive, send):
+        passed_on.append(f"{scope['method']} {scope['path']}")
+
+    def call(hot, method, path, body=b""):
+        sent = []
+        scope = {"type": "http", "method": method, "path": path, "root_path": "",
+                 "query_string": b"", "headers": [(b"content-length", b"%d" % len(body))]}
+
+        async def receive():
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def send(message):
+            sent.append(message)
+
+        asyncio.run(hot(scope, receive, send))
+        return sent
+
+    hot = HotRoutes(app, client.app.routes)
+    query = b'{"query": %s}' % str(unit_rows(1, seed=18)[0].tolist()).encode()
+    sent = call(hot, "POST", "/db/default/collections/c/read", query)
+    assert sent[0]["status"] == 200 and b'"fidelity"' in sent[1]["body"]
+    for method, path in [("GET", "/collections/c/read"), ("GET", "/collections/c/stats"),
+                         ("POST", "/collections/c/compress"), ("POST", "/nope/read")]:
+        assert call(hot, method, path) == []
+    assert passed_on == ["GET /collections/c/read", "GET /collections/c/stats",
+                         "POST /collections/c/compress", "POST /nope/read"]
+
+
+# -- one socket write per response ---------------------------------------------------------------
+
+class _FakeTransport:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    def get_extra_info(self, name, default=None):
+        return {"peername": ("127.0.0.1", 1)}.get(name, default)
+
+
+def test_coalescing_transport_writes_once_per_callback_in_order():
+    import asyncio
+
+    from hopmem.server.transport import CoalescingTransport
+
+    async def main():
+        raw = _FakeTransport()
+        t = CoalescingTransport(raw, asyncio.get_running_loop())
+        t.write(b"HTTP/1.1 200 OK\r\n\r\n")
+        t.write(b"{}")
+        assert raw.writes == []  # not before the callback that wrote returns
+        await asyncio.sleep(0)
+        assert raw.writes == [b"HTTP/1.1 200 OK\r\n\r\n{}"]
+        t.write(b"next")
+        await asyncio.sleep(0)
+        assert raw.writes[1:] == [b"next"]
+        assert t.get_extra_info("peername") == ("127.0.0.1", 1)  # the rest is the transport's
+        t.write(b"last words")
+        t.close()  # what is pending goes out first
+        assert raw.writes[2:] == [b"last words"] and raw.closed
+        t.write(b"too late")
+        await asyncio.sleep(0)
+        assert raw.writes[3:] == []  # a closed connection takes nothing more
+
+    asyncio.run(main())
+
+
+def test_coalescing_protocol_class_wraps_each_connection_transport():
+    import asyncio
+
+    from hopmem.server.transport import CoalescingTransport, coalescing
+
+    class Protocol(asyncio.Protocol):  # stands for uvicorn's HTTP protocol classes
+        def connection_made(self, transport):
+            self.transport = transport
+
+    async def main():
+        protocol = coalescing(Protocol)()
+        raw = _FakeTransport()
+        protocol.connection_made(raw)
+        assert isinstance(protocol.transport, CoalescingTransport)
+        protocol.transport.write(b"head")
+        protocol.transport.write(b"body")
+        await asyncio.sleep(0)
+        return raw.writes
+
+    assert asyncio.run(main()) == [b"headbody"]
+    assert coalescing(Protocol).__name__ == "CoalescingProtocol"

@@ -16,6 +16,7 @@ from typing import Any, AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -23,7 +24,7 @@ from .auth import AuthPolicy, KeyStore, is_loopback
 from .errors import HTTPError, error_response
 from .models import Limits
 from .openapi import build_openapi
-from .routes import Handlers, build_routes
+from .routes import Handlers, HotRoutes, build_routes
 from .state import ServerState
 
 __all__ = ["create_app", "open_datadir"]
@@ -105,8 +106,10 @@ def create_app(
     async def server_error(request: Request, exc: Exception) -> Response:
         return error_response(exc, request.method, request.scope.get("path", ""))
 
+    routes = build_routes(handlers)
     app = Starlette(
-        routes=build_routes(handlers),
+        routes=routes,
+        middleware=[Middleware(HotRoutes, routes=routes)],
         exception_handlers={HTTPException: http_exception, Exception: server_error},
         lifespan=lifespan,
     )

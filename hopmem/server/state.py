@@ -4,6 +4,8 @@ Engine and store calls run in worker threads (the kernel releases the GIL), so
 the event loop never waits on them. Concurrency rules:
 
 * any number of reads run at once (the memory's own readers-writer lock);
+  single-query reads of one collection go to the threads in groups, so that
+  they share the hand-offs (:mod:`.reads`);
 * mutations of one collection (write, compress, document delete, drop,
   remember, calibrate) are serialised here by an ``asyncio.Lock`` per
   collection, so a queue of writers waits on the loop instead of holding
@@ -21,6 +23,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, AsyncIterator, Callable, TypeVar
 
@@ -29,6 +32,7 @@ from hopmem.errors import NotFound
 from .auth import AuthPolicy
 from .errors import HTTPError
 from .models import Limits
+from .reads import ReadGroups
 
 __all__ = ["ServerState", "DbHandle", "DEFAULT_DB", "as_dict"]
 
@@ -78,6 +82,7 @@ class ServerState:
         self._write_locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._open_lock: asyncio.Lock | None = None
         self._executor: ThreadPoolExecutor | None = None
+        self._reads: ReadGroups | None = None
         self._inflight = 0
         self._idle: asyncio.Event | None = None
         self.draining = False
@@ -92,6 +97,10 @@ class ServerState:
                                                 thread_name_prefix="hopmem-worker")
         return self._executor
 
+    def _timed_out(self) -> HTTPError:
+        return HTTPError(503, f"request timed out after {self.limits.request_timeout:g} s",
+                         {"Retry-After": "1"})
+
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a read-only call in a worker thread, bounded by the request timeout.
 
@@ -103,8 +112,25 @@ class ServerState:
             async with asyncio.timeout(self.limits.request_timeout):
                 return await future
         except TimeoutError:
-            raise HTTPError(503, f"request timed out after {self.limits.request_timeout:g} s",
-                            {"Retry-After": "1"}) from None
+            raise self._timed_out() from None
+
+    @property
+    def reads(self) -> ReadGroups:
+        """Single-query reads, grouped per collection: as many groups at once as there
+        are cores besides the event loop's (at least one, at most ``threads``)."""
+        if self._reads is None:
+            cores = os.cpu_count() or 1
+            self._reads = ReadGroups(self.executor, max(1, min(self.threads, cores - 1)))
+        return self._reads
+
+    async def analyze(self, coll: Any, query: Any, strategy: str) -> Any:
+        """``coll.analyze(query, strategy)`` for one query, grouped with concurrent reads
+        of the same collection (see :mod:`.reads`), bounded by the request timeout."""
+        try:
+            async with asyncio.timeout(self.limits.request_timeout):
+                return await self.reads.analyze(coll, query, strategy)
+        except TimeoutError:
+            raise self._timed_out() from None
 
     async def run_to_end(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a mutation in a worker thread; never abandoned once started.
@@ -263,6 +289,7 @@ class ServerState:
                 # Abandoned reads (timed out) may still run; they change nothing.
                 self._executor.shutdown(wait=False, cancel_futures=True)
                 self._executor = None
+                self._reads = None
 
     def _close_databases(self) -> None:
         close_datadir = getattr(self.datadir, "close", None)
