@@ -62,6 +62,7 @@ cdef extern from "hopmem_kernel.h" nogil:
                            const float *q, int64_t k, int64_t *rows, float *top)
     int hm_write(hm_state *s, const hm_config *c, const float *X, int64_t m, hm_write_log *log)
     double hm_score_error(int64_t dim, int half)
+    double hm_cosine(const float *a, const float *b, int64_t dim)
     void hm_unit_rows(const float *X, int64_t n, int64_t dim, float *out)
     int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const float *dots,
                     double dots_error, int fast_only, float *result, float *fast_result, int64_t *rows,
@@ -213,8 +214,8 @@ def write(state, cfg, const float[:, ::1] X):
 
 
 def read(state, cfg, const float[:, ::1] Q, bint fast_only):
-    """Read every row of Q. Returns a list of
-    (rows, sims, weights, iterations, converged, result, fast_result)."""
+    """Read every row of Q. Returns a list of (rows, sims, weights, iterations,
+    converged, result, fast_result, fidelity, first_contact)."""
     cdef hm_config c = _config(cfg)
     cdef hm_state s = _view(state)
     cdef int64_t nq = Q.shape[0], d = s.dim, L = s.size
@@ -262,8 +263,16 @@ def read(state, cfg, const float[:, ::1] Q, bint fast_only):
                 b += nb
         if kk < 0:
             _raise(kk, "batched read")
+    fidelity = np.empty(nq, dtype=np.float64)
+    first_contact = np.empty(nq, dtype=np.float64)
+    cdef double[::1] fid_v = fidelity, fc_v = first_contact
+    with nogil:
+        for q in range(nq):
+            fid_v[q] = hm_cosine(&Q[q, 0], &res_v[q, 0], d)
+            fc_v[q] = hm_cosine(&Q[q, 0], &fast_v[q, 0], d)
     return [(rows[i], sims[i], weights[i], int(iterations[i]), bool(converged[i]),
-             results[i], fast_results[i]) for i in range(nq)]
+             results[i], fast_results[i], float(fidelity[i]), float(first_contact[i]))
+            for i in range(nq)]
 
 
 def read_results(state, cfg, const float[:, ::1] Q, bint fast_only):

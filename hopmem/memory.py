@@ -185,7 +185,8 @@ class _ReferenceEngine:
         for q in Q:
             t = _reference.read(state, cfg, q, strategy)
             out.append((t.rows, t.similarities, t.weights, t.iterations, t.converged,
-                        t.result, t.fast_result))
+                        t.result, t.fast_result, _reference.cosine(q, t.result),
+                        _reference.cosine(q, t.fast_result)))
         return out
 
     def attention(self, state, cfg, q, scale):
@@ -319,10 +320,6 @@ def top_k_cosine(unit_rows: np.ndarray, queries: np.ndarray, k: int,
         return empty
     from . import _kernel
     return _kernel.search_unit(unit_rows, half, queries, k)
-
-
-def _cos(a: np.ndarray, b: np.ndarray) -> float:
-    return _reference.cosine(a, b)
 
 
 # -- the memory --------------------------------------------------------------------------
@@ -533,19 +530,14 @@ class Memory:
                 raise EmptyMemory()
             raw = self._engine.read(self._state, self._kcfg, Q, strategy)
             ids = self._state.ids
-            traces = []
-            for q, (rows, sims, weights, iterations, converged, result, fast) in zip(Q, raw):
-                traces.append(Trace(
-                    activated=ids[np.asarray(rows, dtype=np.int64)].copy(),
-                    similarities=np.asarray(sims, dtype=np.float64),
-                    weights=np.asarray(weights, dtype=np.float64),
-                    iterations=int(iterations),
-                    converged=bool(converged),
-                    result=result,
-                    fidelity=_cos(q, result),
-                    first_contact=_cos(q, fast),
-                    strategy=strategy,
-                ))
+            traces = [
+                Trace(activated=ids[np.asarray(rows, dtype=np.int64)],  # a copy (fancy index)
+                      similarities=np.asarray(sims, dtype=np.float64),
+                      weights=np.asarray(weights, dtype=np.float64),
+                      iterations=int(iterations), converged=bool(converged), result=result,
+                      fidelity=fidelity, first_contact=first_contact, strategy=strategy)
+                for rows, sims, weights, iterations, converged, result, _, fidelity,
+                first_contact in raw]
         return traces, single
 
     def read(self, query: Any, strategy: Strategy = "iterative") -> np.ndarray:

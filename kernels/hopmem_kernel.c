@@ -290,6 +290,18 @@ HM_INLINE double fnorm(const float *a, int64_t dim) {
     for (; i < dim; i++) tail += (double)a[i] * (double)a[i];
     return sqrt(lanes_sum(lo, hi, tail));
 }
+
+HM_INLINE double ffdot(const float *a, const float *b, int64_t dim) {
+    v4d lo = {0}, hi = {0};
+    double tail = 0.0;
+    int64_t i = 0;
+    for (; i + 8 <= dim; i += 8) {
+        lo += LDF4(a + i) * LDF4(b + i);
+        hi += LDF4(a + i + 4) * LDF4(b + i + 4);
+    }
+    for (; i < dim; i++) tail += (double)a[i] * (double)b[i];
+    return lanes_sum(lo, hi, tail);
+}
 #else
 HM_INLINE double lanes_sum8(const double *acc, double tail) {
     return (((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7])))
@@ -321,6 +333,15 @@ HM_INLINE double fnorm(const float *a, int64_t dim) {
         for (int l = 0; l < 8; l++) acc[l] += (double)a[i + l] * (double)a[i + l];
     for (; i < dim; i++) tail += (double)a[i] * (double)a[i];
     return sqrt(lanes_sum8(acc, tail));
+}
+
+HM_INLINE double ffdot(const float *a, const float *b, int64_t dim) {
+    double acc[8] = {0}, tail = 0.0;
+    int64_t i = 0;
+    for (; i + 8 <= dim; i += 8)
+        for (int l = 0; l < 8; l++) acc[l] += (double)a[i + l] * (double)b[i + l];
+    for (; i < dim; i++) tail += (double)a[i] * (double)b[i];
+    return lanes_sum8(acc, tail);
 }
 #endif
 
@@ -790,6 +811,13 @@ static double unit_query(const float *q, int64_t dim, float *out) {
 
 void hm_unit_rows(const float *X, int64_t n, int64_t dim, float *out) {
     for (int64_t r = 0; r < n; r++) unit_query(X + r * dim, dim, out + r * dim);
+}
+
+HM_CLONES
+double hm_cosine(const float *a, const float *b, int64_t dim) {
+    double na = fnorm(a, dim), nb = fnorm(b, dim);
+    if (na < HM_TINY || nb < HM_TINY) return 0.0;
+    return ffdot(a, b, dim) / (na * nb);
 }
 
 /* Rows of the k best exact scores for q (ties to the lower row) and their

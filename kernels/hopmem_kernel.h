@@ -103,6 +103,10 @@ int hm_write(hm_state *s, const hm_config *c, const float *X, int64_t m, hm_writ
  * which queries are scored, also for precomputed batch scores. */
 void hm_unit_rows(const float *X, int64_t n, int64_t dim, float *out);
 
+/* cos(a, b) in float64 (0 when either norm is below HM_TINY): a read's
+ * fidelity cos(q, result) and first contact cos(q, one-step result). */
+double hm_cosine(const float *a, const float *b, int64_t dim);
+
 /* Relative error bound of approximate activation scores (see activate()). */
 double hm_score_error(int64_t dim, int half);
 
