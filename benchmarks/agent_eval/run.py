@@ -347,6 +347,21 @@ def encoder_latency(inner: Any, data: dict[str, Any], n: int = 40) -> dict[str, 
 # --------------------------------------------------------------------------------------------- report
 
 
+def _recall_rows(table: dict, at1: str, at5: str) -> list[str]:
+    """One markdown row per category (then overall): R@1 and R@5 of every retriever,
+    read from the ``at1`` and ``at5`` fields (end to end, or ranking alone)."""
+    rows = []
+    for cat in [c for c in CATEGORIES if c != "abstention"] + ["overall"]:
+        n = table["hybrid"]["categories"][cat]["n"]
+        cells = []
+        for r in RETRIEVERS:
+            c = table[r]["categories"][cat]
+            cells += [f"{100 * c[at1]:.1f}", f"{100 * c[at5]:.1f}"]
+        name = f"**{cat}**" if cat == "overall" else cat
+        rows.append(f"| {name} | {n} | " + " | ".join(cells) + " |")
+    return rows
+
+
 def markdown(table: dict[str, Any], lat: dict[str, Any] | None, enc_lat: dict[str, float] | None,
              meta: dict[str, Any]) -> str:
     lines = [f"Data: {meta['data']}; encoder: {meta['encoder']}; gates: 2-fold cross-validated calibration (error budget "
@@ -354,24 +369,10 @@ def markdown(table: dict[str, Any], lat: dict[str, Any] | None, enc_lat: dict[st
     header = "| category | n | " + " | ".join(f"{r} R@1 | {r} R@5" for r in RETRIEVERS) + " |"
     lines.append(header)
     lines.append("|" + "---|" * (2 + 2 * len(RETRIEVERS)))
-    for cat in [c for c in CATEGORIES if c != "abstention"] + ["overall"]:
-        n = table["hybrid"]["categories"][cat]["n"]
-        cells = []
-        for r in RETRIEVERS:
-            c = table[r]["categories"][cat]
-            cells += [f"{100 * c['r1']:.1f}", f"{100 * c['r5']:.1f}"]
-        name = f"**{cat}**" if cat == "overall" else cat
-        lines.append(f"| {name} | {n} | " + " | ".join(cells) + " |")
+    lines += _recall_rows(table, "r1", "r5")
     lines += ["", "Ranking alone (the gate ignored: every candidate admitted; the cosine baseline is unchanged):", "",
               header, "|" + "---|" * (2 + 2 * len(RETRIEVERS))]
-    for cat in [c for c in CATEGORIES if c != "abstention"] + ["overall"]:
-        n = table["hybrid"]["categories"][cat]["n"]
-        cells = []
-        for r in RETRIEVERS:
-            c = table[r]["categories"][cat]
-            cells += [f"{100 * c['k1']:.1f}", f"{100 * c['k5']:.1f}"]
-        name = f"**{cat}**" if cat == "overall" else cat
-        lines.append(f"| {name} | {n} | " + " | ".join(cells) + " |")
+    lines += _recall_rows(table, "k1", "k5")
     lines += ["", f"| abstention | precision | recall | F1 | abstained (of {meta['questions']}) |", "|---|---|---|---|---|"]
     for r in RETRIEVERS:
         a = table[r]["abstention"]
