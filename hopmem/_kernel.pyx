@@ -282,14 +282,14 @@ def read_results(state, cfg, const float[:, ::1] Q, bint fast_only):
     cdef int64_t nq = Q.shape[0], d = s.dim, L = s.size
     cdef int64_t kmax = min(c.k, L), q, b, nb, kk = 0
     cdef cnp.ndarray results = np.empty((nq, d), dtype=np.float32)
-    cdef cnp.ndarray scratch = np.empty((2 * kmax + 1) * 3 + d + 8, dtype=np.float64)
+    cdef cnp.ndarray scratch = np.empty(3 * kmax + 3, dtype=np.float64)
     cdef float *res = <float *>cnp.PyArray_DATA(results)
     cdef double *sc = <double *>cnp.PyArray_DATA(scratch)
-    # scratch layout: rows (int64, kmax) | sims | weights | fast result (float32, d)
+    # scratch layout: rows (int64, kmax) | sims | weights
     cdef int64_t *rows = <int64_t *>sc
     cdef double *sims = sc + kmax
     cdef double *weights = sc + 2 * kmax
-    cdef float *fast = <float *>(sc + 3 * kmax)
+    cdef float *fast = NULL  # not wanted: an iterative read then skips the fast read-out
     cdef int32_t it
     cdef int8_t conv
     cdef float[:, ::1] dots_v, unit_v

@@ -1067,17 +1067,20 @@ int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const flo
     double *acc = buf, *xi = acc + d, *nxt = xi + d, *s_it = nxt + d, *f = s_it + kp;
     const float **arows = units + kp;   /* the activated addresses */
 
-    /* Fast read: softmax over the initial similarities, raw patterns. */
+    /* Fast read: softmax over the initial similarities, raw patterns. An
+     * iterative read that does not want it (fast_result NULL) skips the
+     * read-out: in plain mode it then never touches the counters at all. */
     softmax_d(sims, kk, c->beta, weights);
-    for (int64_t j = 0; j < kk; j++) {
-        crows[j] = s->counters + rows[j] * d;
-        f[j] = weights[j] / s->weights[rows[j]];
+    for (int64_t j = 0; j < kk; j++) crows[j] = s->counters + rows[j] * d;
+    if (fast_result || fast_only) {
+        for (int64_t j = 0; j < kk; j++) f[j] = weights[j] / s->weights[rows[j]];
+        combine_d(acc, f, crows, kk, d);
+        normalize_d(acc, d);
+        if (fast_result) for (int64_t i = 0; i < d; i++) fast_result[i] = (float)acc[i];
+        else for (int64_t i = 0; i < d; i++) result[i] = (float)acc[i];
     }
-    combine_d(acc, f, crows, kk, d);
-    normalize_d(acc, d);
-    for (int64_t i = 0; i < d; i++) fast_result[i] = (float)acc[i];
     if (fast_only) {
-        memcpy(result, fast_result, (size_t)d * sizeof(float));
+        if (fast_result) memcpy(result, fast_result, (size_t)d * sizeof(float));
         *iterations = 1;
         *converged = 1;
         free(buf); free(own_units); free(units); free(crows);

@@ -113,7 +113,8 @@ double hm_score_error(int64_t dim, int half);
 /* One read. dots: precomputed scores dot(a_j, q) for every row with relative
  * error bound dots_error (0 for exact; the candidates are then re-scored
  * exactly, so the activation never differs), or NULL to compute.
- * Outputs sized k' = min(k, size): rows, sims, weights. result and fast_result: [dim].
+ * Outputs sized k' = min(k, size): rows, sims, weights. result and fast_result: [dim];
+ * fast_result may be NULL when only result is wanted.
  * Returns k', or HM_ERR_NOMEM. */
 int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const float *dots,
                 double dots_error, int fast_only, float *result, float *fast_result, int64_t *rows,

@@ -123,6 +123,21 @@ def test_analyze_returns_trace_or_list(filled):
     assert filled.analyze(np.zeros((0, 6))) == []
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("mode", ["competitive", "plain"])
+def test_read_equals_the_traced_result(backend, mode):
+    # read() takes a lean path (no trace, and no fast read-out behind an
+    # iterative read): its result must still be the traced read's, bit for bit.
+    mem = Memory(6, mode=mode, k=4, beta=8.0, backend=backend)
+    mem.write(clustered(0, 30, 6))
+    q = clustered(3, 4, 6)
+    for strategy in ("iterative", "fast"):
+        traces = mem.analyze(q, strategy)
+        np.testing.assert_array_equal(mem.read(q, strategy), np.stack([t.result for t in traces]))
+        for x, t in zip(q, traces):
+            np.testing.assert_array_equal(mem.read(x, strategy), t.result)
+
+
 def test_trace_ids_are_ids_not_rows():
     # After a merge removes an early location, rows and ids no longer coincide.
     mem = Memory(2, mode="plain", k=1, tau_merge=0.9)
