@@ -648,3 +648,55 @@ def test_a_controller_refuses_to_continue_after_another_reembeds_the_file(tmp_pa
         b.recall("billing Postgres")
     a.close()
     b.close()
+
+
+def test_time_cue_words_are_not_searched_as_subjects(tmp_path):
+    # "now" in "where do I climb now" asks for the current state; it is not
+    # what the question is about, so an entry that only shares "now" is no
+    # keyword candidate (it would crowd out the answer in the fused ranking).
+    mem, _ = make(tmp_path)
+    weight = mem.remember("User now weighs 83 kg.")
+    climb = mem.remember("User climbs at the Kletterwerk gym.")
+    hits = mem.rank("Where do I climb now?", mode="keyword")
+    assert [h.entry_id for h in hits] == [climb.id]
+    assert "now" not in hits[0].explanation.matched_terms
+    assert [h.entry_id for h in mem.rank("What do I weigh now?", mode="keyword")] == [weight.id]
+
+
+def test_split_parts_only_at_question_clauses():
+    from hopmem.agent.parts import split_parts
+
+    terms = kw.query_terms
+    assert split_parts("Where do I climb now, and what's the hardest route I've led there?", terms) == [
+        "Where do I climb now", "what's the hardest route I've led there"]
+    assert split_parts("On which day do I visit my mother, and in which city does she live?", terms) == [
+        "On which day do I visit my mother", "in which city does she live"]
+    assert split_parts("Which ticket tracked the bug and which pull request fixed it?", terms) == [
+        "Which ticket tracked the bug", "which pull request fixed it"]
+    # one question: "and" joins words, a leading phrase is no question, a part with nothing to search for
+    assert split_parts("What did I buy to track my runs and heart rate?", terms) == []
+    assert split_parts("Where and when does flight FI 521 go?", terms) == []
+    assert split_parts("In the most recent session, what did Tomasz tell me?", terms) == []
+    assert split_parts("Who suggested the exam, and when is it?", terms) == []
+    assert split_parts("What is my job?", terms) == []
+    many = "What is alpha, what is beta, what is gamma, what is delta, what is kappa?"
+    assert split_parts(many, terms) == [] and len(split_parts(many, terms, max_parts=5)) == 5
+
+
+def test_a_multi_part_question_admits_an_answer_for_each_part(tmp_path):
+    mem, _ = make(tmp_path)
+    climb = mem.remember("User climbs at the Kletterwerk gym every Tuesday.")
+    route = mem.remember("The hardest route User has led is a 6b.")
+    for text in FACTS:
+        mem.remember(text)
+    question = "Where do I climb, and what's the hardest route I have led?"
+    sel = mem.recall(question, limit=5)
+    assert sel.parts == ("Where do I climb", "what's the hardest route I have led")
+    assert {climb.id, route.id} <= set(sel.entry_ids)
+    by_id = {h.entry_id: h for h in sel.hits}
+    assert any(s.startswith("part ") for s in by_id[route.id].explanation.sources)
+    whole = AgentMemory.open(tmp_path / "mem.db", encoder=ENC, namespace="team", clock=Clock(),
+                             config=RecallConfig(split_parts=False))
+    assert whole.recall(question, limit=5).parts == ()
+    whole.close()
+    assert mem.recall("Where do I climb?").parts == ()

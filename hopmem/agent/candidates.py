@@ -73,13 +73,13 @@ def gather(text: str, qvec: np.ndarray, *, mode: str, limit: int, config: Recall
     """Run the retrievers of ``mode`` over the visible partitions (``parts``, FTS5 ``tables``)."""
     cfg = config
     n_visible_scope = sum(p.live for p in parts)
-    found = Candidates(terms=kw.query_terms(text))
+    cue_words = {w for cue in hints.cues for w in cue.split()}  # time scaffolding is not a subject
+    found = Candidates(terms=[t for t in kw.query_terms(text) if t not in cue_words])
     if mode in ("hybrid", "associative"):
         _read_engines(found, qvec, parts, cfg, visible)
     if mode in ("hybrid", "keyword") and n_visible_scope:
         _search_keywords(found, text, limit, cfg, parts, n_visible_scope, tables, store, rows, visible)
-        cue_words = {w for cue in hints.cues for w in cue.split()}  # time scaffolding is not a subject
-        found.novelty = _novelty([t for t in found.terms if t not in cue_words], parts)
+        found.novelty = _novelty(found.terms, parts)
     if hints.window is not None and n_visible_scope:
         start, end = hints.window
         lo = bisect.bisect_left(by_time, (start, -1))

@@ -80,6 +80,14 @@ class RecallConfig:
     band gate labels it. Independently of the verdict, a rare exact token or
     the query's time window admits an entry, and the newer (or older) version
     of an admitted hit is pulled in on its own evidence.
+
+    With ``split_parts`` a question that joins question clauses ("Where do I
+    climb now, and what's the hardest route there?", see
+    :mod:`hopmem.agent.parts`) is also searched part by part: each part's
+    lists join the fusion with ``part_weight`` times their usual weight, and
+    once the verdict is yes a part admits the candidates with ``evidence >=
+    floor_ratio * best evidence`` for that part. The verdict itself is the
+    whole question's.
     """
 
     beta: float = 30.0
@@ -108,8 +116,12 @@ class RecallConfig:
     margin_feature: str = "margin"
     crowd_feature: bool = True
     rebuild_dead_fraction: float = 0.2
+    split_parts: bool = True
+    part_weight: float = 0.5
 
     def __post_init__(self) -> None:
+        if not isinstance(self.split_parts, bool):
+            raise InvalidInput(f"split_parts: expected a bool, got {self.split_parts!r}")
         for name in ("beta", "rrf_k", "bm25_half"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not value > 0:
@@ -118,7 +130,7 @@ class RecallConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidInput(f"{name}: expected an int >= 1, got {value!r}")
-        for name in ("floor_ratio", "rare_fraction", "rebuild_dead_fraction", "common_fraction"):
+        for name in ("floor_ratio", "rare_fraction", "rebuild_dead_fraction", "common_fraction", "part_weight"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
                 raise InvalidInput(f"{name}: expected a number in [0, 1], got {value!r}")

@@ -45,10 +45,16 @@ def ranked_lists(found: Candidates, evidence: Evidence, in_window: Collection[in
 
 def fuse(lists: Mapping[str, list[int]], ids: Sequence[int],
          config: RecallConfig) -> tuple[dict[int, dict[str, int]], dict[int, float]]:
-    """Reciprocal rank fusion over the lists: each candidate's rank per list, and its fused score."""
+    """Reciprocal rank fusion over the lists: each candidate's rank per list, and its fused score.
+
+    A list named ``"part N:retriever"`` is one part's list of a multi-part question: it
+    weighs ``part_weight`` times the retriever's weight.
+    """
     ranks: dict[int, dict[str, int]] = {i: {} for i in ids}
     fused: dict[int, float] = {i: 0.0 for i in ids}
     for name, ordered in lists.items():
+        part, _, retriever = name.rpartition(":")  # "part 2:keyword": a part's list (see parts.py)
+        weight = config.rrf_weights.get(retriever, 1.0) * (config.part_weight if part else 1.0)
         seen = set()
         rank = 0
         for i in ordered:
@@ -57,7 +63,7 @@ def fuse(lists: Mapping[str, list[int]], ids: Sequence[int],
             seen.add(i)
             rank += 1
             ranks[i][name] = rank
-            fused[i] += config.rrf_weights.get(name, 1.0) / (config.rrf_k + rank)
+            fused[i] += weight / (config.rrf_k + rank)
     return ranks, fused
 
 
@@ -154,8 +160,9 @@ def build_hits(rows: Mapping[int, Row], ordered_ids: Sequence[int], *, found: Ca
     hits = []
     for i in ordered_ids:
         row = rows[i]
-        sources = tuple(name for name in ("keyword", "semantic", "associative", "exact", "time")
-                        if name in ranks.get(i, {}))
+        found_by = ranks.get(i, {})
+        sources = (tuple(name for name in ("keyword", "semantic", "associative", "exact", "time") if name in found_by)
+                   + tuple(sorted({name.partition(":")[0] for name in found_by if ":" in name})))
         band = band_gate.band(evidence.value[i])
         if admitted[i] == "exact token" and band == "vague":
             band = "clear"

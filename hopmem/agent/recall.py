@@ -13,13 +13,14 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from ..errors import InvalidInput
+from . import keyword as kw
 from . import ranking
 from .candidates import gather
 from .config import MODES
@@ -27,10 +28,11 @@ from .core import MemoryCore
 from .evidence import Evidence, lexical_scorer
 from .index import Row
 from .labels import labels_match
+from .parts import split_parts
 from .results import Hit, Selection
-from .temporal import parse_time_hints
+from .temporal import TimeHints, parse_time_hints
 from .validation import identity
-from .verdict import abstention_reason, admission_reason, admit, decide, gate_note, select_gates
+from .verdict import abstention_reason, admission_reason, admit, admit_parts, decide, gate_note, select_gates
 
 __all__ = ["RecallMixin"]
 
@@ -80,7 +82,7 @@ class RecallMixin(MemoryCore):
             if unknown:
                 raise InvalidInput(f"kinds: unknown kinds {sorted(unknown)}; known: {sorted(self.kinds)}")
         t0 = time.perf_counter()
-        qvec = self._encode([text.strip()])[0]
+        qvec, pieces = self._encode_query(text.strip())
         t1 = time.perf_counter()
         query_labels = {}
         if self.labeler is not None and self.config.label_boost > 0:
@@ -94,7 +96,7 @@ class RecallMixin(MemoryCore):
             now = self._now()
             selection, newly_expired = self._retrieve(
                 text.strip(), qvec, session_id=session_id, wanted=wanted, kind_set=kind_set, limit=limit,
-                mode=mode, since=since, until=until, query_labels=query_labels, now=now)
+                mode=mode, since=since, until=until, query_labels=query_labels, now=now, pieces=pieces)
             t2 = time.perf_counter()
             timings = {"encode_ms": (t1 - t0) * 1e3, "retrieve_ms": (t2 - t1) * 1e3}
             if record:
@@ -129,6 +131,12 @@ class RecallMixin(MemoryCore):
                              for h in selection.hits])
         return selection
 
+    def _encode_query(self, text: str) -> tuple[np.ndarray, list[tuple[str, np.ndarray]]]:
+        """The query's vector, and its parts with theirs when it is a multi-part question (one encoder call)."""
+        parts = split_parts(text, kw.query_terms) if self.config.split_parts else []
+        vecs = self._encode([text, *parts])
+        return vecs[0], list(zip(parts, vecs[1:]))
+
     def _visible(self, row: Row, session_id: str | None, now: float, wanted: dict, kind_set: frozenset | None,
                  since: float | None, until: float | None, expired_out: list[Row]) -> bool:
         if row.durability == "session" and (session_id is None or row.session_id != session_id):
@@ -151,7 +159,8 @@ class RecallMixin(MemoryCore):
 
     def _retrieve(self, text: str, qvec: np.ndarray, *, session_id: str | None, wanted: dict,
                   kind_set: frozenset | None, limit: int, mode: str, since: float | None, until: float | None,
-                  query_labels: dict, now: float, admit_all: bool = False) -> tuple[Selection, list[Row]]:
+                  query_labels: dict, now: float, admit_all: bool = False,
+                  pieces: Sequence[tuple[str, np.ndarray]] = ()) -> tuple[Selection, list[Row]]:
         cfg = self.config
         expired_out: list[Row] = []
         visible_cache: dict[int, bool] = {}
@@ -168,9 +177,16 @@ class RecallMixin(MemoryCore):
         part_keys: list[str | None] = [None] if session_id is None else [None, session_id]
         parts = [p for p in (self._parts.get(k) for k in part_keys) if p is not None and p.live > 0]
         hints = parse_time_hints(text, now, self.day_zero)
-        found = gather(text, qvec, mode=mode, limit=limit, config=cfg, parts=parts,
-                       tables=[self._fts[k] for k in part_keys if k in self._fts], store=self._store,
-                       rows=self._rows, by_time=self._by_time, hints=hints, visible=visible)
+        tables = [self._fts[k] for k in part_keys if k in self._fts]
+        found = gather(text, qvec, mode=mode, limit=limit, config=cfg, parts=parts, tables=tables,
+                       store=self._store, rows=self._rows, by_time=self._by_time, hints=hints, visible=visible)
+        # a multi-part question: each part's own candidates (no time window or exact
+        # tokens of its own: the whole question has those)
+        part_hints = TimeHints(order=None, window=None, cues=hints.cues)
+        part_found = [(pvec, gather(ptext, pvec, mode=mode, limit=limit, config=cfg, parts=parts, tables=tables,
+                                    store=self._store, rows=self._rows, by_time=self._by_time, hints=part_hints,
+                                    visible=visible))
+                      for ptext, pvec in pieces]
 
         gate, band_gate, model, calibrated = select_gates(self._gates, self._band_gates, self._models, mode, cfg)
         override = "exact token" if found.exact else ("time window" if found.window_ids else None)
@@ -178,9 +194,9 @@ class RecallMixin(MemoryCore):
                     novelty=round(found.novelty, 4), override=override, tau=gate.tau, calibrated=calibrated,
                     first_contact=found.first_contact,
                     time_hints={"order": hints.order, "window": hints.window, "cues": list(hints.cues)},
-                    timings={}, created_at=now)
+                    timings={}, created_at=now, parts=tuple(ptext for ptext, _ in pieces))
         suffix = gate_note(gate, calibrated, len(self._rows))
-        candidates = found.ids
+        candidates = found.ids.union(*(pf.ids for _, pf in part_found))
         if not candidates:
             return Selection(hits=(), abstained=True, reason="no candidates: nothing visible in this scope matches"
                              + suffix, statistic=None, evidence=None, **base), expired_out
@@ -191,16 +207,29 @@ class RecallMixin(MemoryCore):
         evidence = Evidence(mode, cfg, self._rows, qvec, found.semantic, found.associative,
                             lexical_scorer(found.terms, parts) if use_keywords else None)
         evidence.score_all(cand)
-        verdict = decide(mode, cfg, gate, model, evidence, cand, found.first_contact, found.novelty)
+        part_evidence = []
+        for pvec, pf in part_found:
+            pe = Evidence(mode, cfg, self._rows, pvec, pf.semantic, pf.associative,
+                          lexical_scorer(pf.terms, parts) if use_keywords else None)
+            pe.score_all(cand)
+            part_evidence.append(pe)
+        # the verdict is the whole question's: over its own candidates, as calibrated
+        own = sorted(found.ids) if part_found and found.ids else cand
+        verdict = decide(mode, cfg, gate, model, evidence, own, found.first_contact, found.novelty)
         in_window = set(found.window_ids)
         admitted = admit(cand, evidence, verdict, band_gate, found.exact, in_window, admit_all)
+        if verdict.passes:
+            admit_parts(admitted, cand, part_evidence, cfg.floor_ratio)
         if not admitted:
             return Selection(hits=(), abstained=True, reason=abstention_reason(verdict, gate, cfg) + suffix,
                              statistic=verdict.statistic, evidence=verdict.best_evidence, features=verdict.features,
                              **base), expired_out
 
         ev = evidence.value
-        ranks, fused = ranking.fuse(ranking.ranked_lists(found, evidence, in_window), cand, cfg)
+        lists = ranking.ranked_lists(found, evidence, in_window)
+        for n, ((_, pf), pe) in enumerate(zip(part_found, part_evidence), start=1):
+            lists.update({f"part {n}:{name}": ids for name, ids in ranking.ranked_lists(pf, pe, ()).items()})
+        ranks, fused = ranking.fuse(lists, cand, cfg)
         admitted = ranking.head(admitted, fused, ev, found.exact, limit)
         order = hints.order or "recent"
         via = ranking.pull_versions(self._rows, admitted, order, visible, evidence, ranks, fused, verdict.floor)
@@ -231,10 +260,10 @@ class RecallMixin(MemoryCore):
         if mode not in MODES:
             raise InvalidInput(f"mode: expected one of {MODES}, got {mode!r}")
         session_id = identity(session_id, "session_id", required=False)
-        vec = self._encode([text.strip()])[0]
+        vec, pieces = self._encode_query(text.strip())
         with self._lock:
             self._sync()
             sel, _ = self._retrieve(text.strip(), vec, session_id=session_id, wanted={}, kind_set=None,
                                     limit=limit, mode=mode, since=None, until=None, query_labels={},
-                                    now=self._now(), admit_all=True)
+                                    now=self._now(), admit_all=True, pieces=pieces)
         return list(sel.hits)

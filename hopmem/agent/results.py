@@ -123,8 +123,9 @@ class Selection:
     no candidates, all below the gate, or too close to call (and whether the
     gate is calibrated). ``statistic`` is the verdict statistic compared with
     ``tau`` and ``features`` the verdict features it was computed from (see
-    :mod:`hopmem.agent.verdict`; empty without candidates). Pass ``id`` to
-    :meth:`AgentMemory.complete` later.
+    :mod:`hopmem.agent.verdict`; empty without candidates). ``parts`` are the
+    parts a multi-part question was also searched by (:mod:`hopmem.agent.parts`;
+    empty for a single question). Pass ``id`` to :meth:`AgentMemory.complete` later.
     """
 
     id: str
@@ -146,6 +147,7 @@ class Selection:
     timings: dict[str, float]
     created_at: float
     features: dict[str, float] = field(default_factory=dict)
+    parts: tuple[str, ...] = ()
 
     def __len__(self) -> int:
         return len(self.hits)

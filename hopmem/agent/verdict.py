@@ -157,17 +157,17 @@ def _default_gate(tau: float) -> Gate:
 #: The uncalibrated verdict models: fitted with :func:`fit_model` on every gate-decided question of the
 #: development conversations (``python -m benchmarks.agent_eval.run --data dev --fit-defaults``).
 DEFAULT_MODELS: Mapping[str, VerdictModel] = {
-    "hybrid": VerdictModel(("evidence", "novelty", "margin", "crowd"), (2.100, -2.793, 13.455, 0.373), -2.285),
+    "hybrid": VerdictModel(("evidence", "novelty", "margin", "crowd"), (2.066, -2.805, 13.487, 0.373), -2.260),
     "associative": VerdictModel(("evidence", "margin", "crowd"), (4.111, 13.730, 0.162), -3.190),
-    "keyword": VerdictModel(("evidence", "novelty"), (7.721, -3.705), -1.985),
+    "keyword": VerdictModel(("evidence", "novelty"), (7.541, -3.769), -1.849),
 }
 #: Used with the :data:`DEFAULT_MODELS` until :meth:`AgentMemory.calibrate` is called: deliberately
 #: strict (the development set's gates at error budget 0.1; a calibrated gate usually abstains less),
 #: and every selection's ``reason`` says the gate is uncalibrated. Thresholds on log-odds.
 DEFAULT_GATES: Mapping[str, Gate] = {
-    "hybrid": _default_gate(1.70),
+    "hybrid": _default_gate(1.71),
     "associative": _default_gate(1.54),
-    "keyword": _default_gate(2.12),
+    "keyword": _default_gate(2.16),
 }
 #: Uncalibrated models and gates for other feature sets (``RecallConfig.margin_feature``,
 #: ``crowd_feature``), fitted the same way: here the models without ``crowd`` (``crowd_feature=False``,
@@ -175,7 +175,7 @@ DEFAULT_GATES: Mapping[str, Gate] = {
 #: :data:`DEFAULT_GATES` entries (a model's features are computed by name whatever the configuration).
 OTHER_DEFAULTS: Mapping[tuple[str, ...], tuple[VerdictModel, Gate]] = {
     ("evidence", "novelty", "margin"): (
-        VerdictModel(("evidence", "novelty", "margin"), (2.289, -2.815, 9.671), -1.310), _default_gate(2.06)),
+        VerdictModel(("evidence", "novelty", "margin"), (2.257, -2.827, 9.700), -1.286), _default_gate(2.07)),
     ("evidence", "margin"): (VerdictModel(("evidence", "margin"), (4.317, 11.942), -2.824), _default_gate(1.60)),
 }
 
@@ -335,6 +335,24 @@ def admit(ids: Sequence[int], evidence: Evidence, verdict: Verdict, band_gate: G
         elif admit_all:
             admitted[i] = "nothing (ranking without the gate)"
     return admitted
+
+
+def admit_parts(admitted: dict[int, str], ids: Sequence[int], part_evidence: Sequence[Evidence],
+                floor_ratio: float) -> None:
+    """After a yes verdict on a multi-part question: each part admits its own best candidates.
+
+    A candidate with ``evidence >= floor_ratio * best evidence`` for some part
+    (its evidence against that part alone) is admitted, as the whole question
+    admits on its own best evidence.
+    """
+    for n, pe in enumerate(part_evidence, start=1):
+        ev = pe.value
+        best = max((ev[i] for i in ids), default=0.0)
+        if best <= 0.0:
+            continue
+        for i in ids:
+            if i not in admitted and ev[i] >= floor_ratio * best:
+                admitted[i] = f"evidence for part {n} of the question"
 
 
 def abstention_reason(verdict: Verdict, gate: Gate, config: RecallConfig) -> str:

@@ -1,0 +1,43 @@
+"""The parts of a multi-part question ("Where do I climb now, and what's the hardest route there?").
+
+Such a question is answered by several entries, each about one part. Searched
+as a whole, the part with more words in common with the memory takes the top
+of every list and the other part's answer can fall out of the first few hits.
+So a question that joins clauses, each starting with a question word, is also
+searched part by part (:mod:`~hopmem.agent.recall`): the parts' candidate lists
+join the fusion and each part admits its own best answers. The split is
+lexical and conservative: only at a comma or "and" directly before a question
+word, only when every part starts with a question word ("In the last session,
+what did Ana say?" is one question) and has a word of its own to search for.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+__all__ = ["split_parts"]
+
+_QUESTION_WORDS = (r"what|what's|whats|which|who|who's|whom|whose|where|when|why|how|did|do|does|is|are|was|were|"
+                   r"can|could|will|would|have|has")
+# A clause boundary: ", and <q-word>", ", <q-word>", " and <q-word>" (the word starts the next part).
+_LEAD = rf"(?:(?:in|on|at|for|from|to|with|by)\s+)?(?:{_QUESTION_WORDS})\b"  # "in which city", "what"
+_STARTS = re.compile(_LEAD, re.IGNORECASE)
+_BOUNDARY = re.compile(rf"\s*(?:,\s*(?:and\s+)?|\s+and\s+|;\s*)(?={_LEAD})", re.IGNORECASE)
+
+
+def split_parts(text: str, terms: Callable[[str], list[str]], max_parts: int = 4) -> list[str]:
+    """The parts of ``text`` when it joins two or more question clauses, else ``[]``.
+
+    ``terms(part)`` gives a part's searchable words: every part needs at least
+    one (so "Where and when does flight FI 521 go?" stays whole), and every
+    part starts with a question word. At most
+    ``max_parts`` parts; a question with more boundaries stays whole.
+    """
+    pieces = [p.strip(" ,;?") for p in _BOUNDARY.split(text)]
+    pieces = [p for p in pieces if p]
+    if not 2 <= len(pieces) <= max_parts:
+        return []
+    if not all(_STARTS.match(p) and terms(p) for p in pieces):
+        return []
+    return pieces
