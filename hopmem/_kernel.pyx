@@ -10,6 +10,7 @@ here and returned.
 import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport int64_t, int32_t, int8_t, uint64_t
+from libc.stdlib cimport free, malloc
 from scipy.linalg.cython_blas cimport sgemm
 
 cnp.import_array()
@@ -273,6 +274,49 @@ def read(state, cfg, const float[:, ::1] Q, bint fast_only):
     return [(rows[i], sims[i], weights[i], int(iterations[i]), bool(converged[i]),
              results[i], fast_results[i], float(fidelity[i]), float(first_contact[i]))
             for i in range(nq)]
+
+
+def read_one(state, cfg, q, bint fast_only):
+    """The lean single read behind Memory.read, or None when it does not apply.
+
+    Applies to the common query: a 1-D, C-contiguous, aligned, native-order
+    float32 array of the memory's dimension with finite values, on a memory
+    that is not empty. Anything else returns None and the caller validates and
+    reads the general way (so every error is raised there, with its message).
+    Returns the float32 (d,) reconstruction, bit-equal to read_results.
+    """
+    cdef cnp.ndarray arr
+    if type(q) is not np.ndarray:
+        return None
+    arr = <cnp.ndarray>q
+    if (cnp.PyArray_NDIM(arr) != 1 or cnp.PyArray_TYPE(arr) != cnp.NPY_FLOAT32
+            or not cnp.PyArray_IS_C_CONTIGUOUS(arr) or not cnp.PyArray_ISALIGNED(arr)
+            or not cnp.PyArray_ISNOTSWAPPED(arr)):
+        return None
+    cdef hm_state s = _view(state)
+    cdef int64_t d = s.dim
+    if cnp.PyArray_DIM(arr, 0) != d or s.size == 0:
+        return None
+    cdef const float *x = <const float *>cnp.PyArray_DATA(arr)
+    cdef int64_t i
+    for i in range(d):
+        if x[i] - x[i] != 0:  # NaN or infinity
+            return None
+    cdef hm_config c = _config(cfg)
+    cdef int64_t kmax = min(c.k, s.size), kk
+    cdef cnp.ndarray result = cnp.PyArray_EMPTY(1, cnp.PyArray_DIMS(arr), cnp.NPY_FLOAT32, 0)
+    cdef double *scratch = <double *>malloc((3 * kmax + 3) * sizeof(double))
+    if scratch == NULL:
+        raise MemoryError("hopmem kernel: out of memory in read")
+    cdef int32_t it
+    cdef int8_t conv
+    with nogil:
+        kk = hm_read(&s, &c, x, NULL, 0.0, fast_only, <float *>cnp.PyArray_DATA(result), NULL,
+                     <int64_t *>scratch, scratch + kmax, scratch + 2 * kmax, &it, &conv)
+    free(scratch)
+    if kk < 0:
+        _raise(kk, "read")
+    return result
 
 
 def read_results(state, cfg, const float[:, ::1] Q, bint fast_only):

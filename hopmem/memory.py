@@ -167,6 +167,9 @@ class _ReferenceEngine:
     def may_fail_midway(self, n: int) -> bool:
         return True
 
+    def read_one(self, state, cfg, q, strategy):
+        return None  # no lean path: Memory.read takes the general one
+
     def read_results(self, state, cfg, Q, strategy):
         out = np.empty(Q.shape, dtype=np.float32)
         for i, q in enumerate(Q):
@@ -220,6 +223,9 @@ class _NativeEngine:
             return self._k.read(state, cfg, Q, strategy == "fast")
         with _blas_threads():
             return self._k.read(state, cfg, Q, strategy == "fast")
+
+    def read_one(self, state: State, cfg, q: Any, strategy: str):
+        return self._k.read_one(state, cfg, q, strategy == "fast")
 
     def read_results(self, state: State, cfg, Q: np.ndarray, strategy: str):
         if Q.shape[0] == 1:
@@ -543,6 +549,15 @@ class Memory:
     def read(self, query: Any, strategy: Strategy = "iterative") -> np.ndarray:
         """Reconstruct from a query: float32 ``(d,)`` for one, ``(n, d)`` for a batch."""
         self._check_strategy(strategy)
+        # The common query (one finite float32 vector) in one kernel call; None otherwise.
+        lock = self._lock
+        lock.acquire_read()
+        try:
+            out = self._engine.read_one(self._state, self._kcfg, query, strategy)
+        finally:
+            lock.release_read()
+        if out is not None:
+            return out
         Q, single = as_vectors(query, self.dim, "query")
         with self._lock.read():
             if self._state.size == 0:

@@ -135,7 +135,12 @@ def test_read_equals_the_traced_result(backend, mode):
         traces = mem.analyze(q, strategy)
         np.testing.assert_array_equal(mem.read(q, strategy), np.stack([t.result for t in traces]))
         for x, t in zip(q, traces):
-            np.testing.assert_array_equal(mem.read(x, strategy), t.result)
+            np.testing.assert_array_equal(mem.read(x, strategy), t.result)  # float32: the lean path
+            # every other form of the same query takes the general path, to the same answer
+            for other in (x.astype(np.float64), x.tolist(), x.astype(">f4"), np.repeat(x, 2)[::2],
+                          x[None, :]):
+                got = mem.read(other, strategy)
+                np.testing.assert_array_equal(got.reshape(-1), t.result)
 
 
 def test_trace_ids_are_ids_not_rows():
@@ -373,6 +378,21 @@ def test_unknown_strategy_and_backend():
         Memory(3, backend="gpu")
     with pytest.raises(InvalidInput, match="config"):
         Memory.from_config({"dim": 3})
+
+
+def test_lean_read_leaves_errors_to_the_general_path():
+    mem = Memory(4)
+    with pytest.raises(EmptyMemory):
+        mem.read(np.ones(4, dtype=np.float32))
+    mem.write(np.eye(4, dtype=np.float32))
+    bad = np.array([1.0, np.nan, 0.0, 0.0], dtype=np.float32)
+    with pytest.raises(InvalidInput, match=r"query\[1\]"):
+        mem.read(bad)
+    with pytest.raises(DimensionMismatch):
+        mem.read(np.ones(3, dtype=np.float32))
+    q = np.ones(4, dtype=np.float32)
+    q.setflags(write=False)  # read-only input is fine and never written
+    np.testing.assert_array_equal(mem.read(q), mem.analyze(q).result)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
