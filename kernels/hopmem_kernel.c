@@ -880,6 +880,23 @@ int64_t hm_search_unit(const float *A, const void *half, int64_t n, int64_t dim,
 
 /* ---- writes ------------------------------------------------------------------------ */
 
+#define HM_WRITE_BLOCK 16              /* writes scored together */
+#define HM_WRITE_BLOCK_MIN_ROWS 64     /* below this a scan is as cheap */
+#define HM_WRITE_BLOCK_ROWS (1 << 18)  /* above this the block's scores take too much memory */
+
+/* A block of a batch's writes scored together (see hm_write): the exact
+ * scores of its unit inputs against the rows that existed when it started,
+ * and the rows its earlier writes have changed since. */
+typedef struct {
+    float *S;            /* [nb * L0]: S[j * L0 + r] = dot(address r, unit input j) */
+    float *Q;            /* [nb * dim]: the unit inputs */
+    int64_t L0, nb;      /* rows scored; writes in the block */
+    int valid;           /* 0 once a merge moved rows (the rest of the block scans) */
+    uint8_t *dirty;      /* [capacity]: row r < L0 changed since the block started */
+    int64_t *dirty_rows; /* [capacity] */
+    int64_t n_dirty;
+} write_block;
+
 typedef struct {
     act_scratch act;  /* activation buffers, [capacity] */
     int64_t *rows;    /* [k] */
@@ -887,7 +904,41 @@ typedef struct {
     double *tmp_a;    /* [dim] */
     double *tmp_c;    /* [dim] */
     double *x64;      /* [dim] */
+    write_block *blk; /* NULL: every write scans */
+    int64_t bj;       /* this write's index in the block */
 } write_scratch;
+
+/* This write's scores from its block: the block's scores, with the rows
+ * changed or added since the block started scored again against the same
+ * unit input. Every score is computed exactly as the scan computes it (same
+ * lanes, same order), so the activation is bit-equal to a scan's. NULL when
+ * the block no longer applies. */
+HM_INLINE const float *block_scores(const hm_state *s, write_scratch *w) {
+    write_block *b = w->blk;
+    if (!b || !b->valid) return NULL;
+    int64_t d = s->dim, L0 = b->L0;
+    float *sc = w->act.scores;
+    const float *qh = b->Q + w->bj * d;
+    memcpy(sc, b->S + w->bj * L0, (size_t)L0 * sizeof(float));
+    for (int64_t t = 0; t < b->n_dirty; t++) {
+        int64_t r = b->dirty_rows[t];
+        sc[r] = dot1(s->addresses + r * d, d, qh);
+    }
+    for (int64_t r = L0; r < s->size; r++) sc[r] = dot1(s->addresses + r * d, d, qh);
+    return sc;
+}
+
+HM_INLINE void block_touch(write_scratch *w, int64_t row) {
+    write_block *b = w->blk;
+    if (b && row < b->L0 && !b->dirty[row]) {
+        b->dirty[row] = 1;
+        b->dirty_rows[b->n_dirty++] = row;
+    }
+}
+
+HM_INLINE void block_rows_moved(write_scratch *w) {
+    if (w->blk) w->blk->valid = 0;
+}
 
 /* Ask for a location's counters and address ahead of an update. */
 HM_INLINE void prefetch_row(const hm_state *s, int64_t row) {
@@ -911,8 +962,9 @@ HM_INLINE void write_competitive(hm_state *s, const hm_config *c, const float *x
         return;
     }
     for (int64_t i = 0; i < d; i++) w->x64[i] = (double)x[i];
-    /* The same activation as a read (compact or not, the set is exact). */
-    int64_t kk = activate(s, c, x, NULL, 0.0, w->rows, w->sims, &w->act);
+    /* The same activation as a read (compact or not, the set is exact); in a
+     * block, from the block's exact scores instead of a scan of its own. */
+    int64_t kk = activate(s, c, x, block_scores(s, w), 0.0, w->rows, w->sims, &w->act);
     double s_max = w->sims[0];
     int64_t winner_id = -1;
     if (s_max > HM_TINY) {
@@ -948,6 +1000,7 @@ HM_INLINE void write_competitive(hm_state *s, const hm_config *c, const float *x
             normalize_d(w->tmp_a, d);
             for (int64_t i = 0; i < d; i++) aj[i] = (float)w->tmp_a[i];
             sync_rows16(s, row, 1);
+            block_touch(w, row);
             touched[nt++] = s->ids[row];
         }
         double eta = s->eta * c->eta_decay;
@@ -981,6 +1034,7 @@ HM_INLINE void write_competitive(hm_state *s, const hm_config *c, const float *x
             int64_t *m = log->merges + 3 * log->n_merges++;
             m[0] = vi;
             merge_rows(s, rs, rc, w->tmp_a, &m[1], &m[2]);
+            block_rows_moved(w);
         }
     }
     if (c->max_locations > 0) {
@@ -990,6 +1044,7 @@ HM_INLINE void write_competitive(hm_state *s, const hm_config *c, const float *x
             int64_t *m = log->merges + 3 * log->n_merges++;
             m[0] = vi;
             merge_rows(s, i, j, w->tmp_a, &m[1], &m[2]);
+            block_rows_moved(w);
         }
     }
     log->n_touched[vi] = nt;
@@ -1025,11 +1080,50 @@ int hm_write(hm_state *s, const hm_config *c, const float *X, int64_t m, hm_writ
     w.sims = (double *)malloc(k * sizeof(double));
     w.tmp_a = (double *)malloc((size_t)d * 3 * sizeof(double));
     ok = ok && w.rows && w.sims && w.tmp_a;
+    /* Writes in blocks: one pass over the address matrix scores a block's
+     * inputs together (each block of 4 rows stays in L1 while every input
+     * passes over it), instead of one pass per write. A block stops being
+     * used once a merge moves rows, or once its writes have changed more rows
+     * than re-scoring them saves. */
+    write_block blk;
+    memset(&blk, 0, sizeof blk);
+    int64_t bsize = m < HM_WRITE_BLOCK ? m : HM_WRITE_BLOCK;
+    if (ok && bsize >= 2 && s->capacity <= HM_WRITE_BLOCK_ROWS) {
+        /* rows only grow during a call (merges move them, not add): capacity bounds L0 */
+        blk.S = (float *)malloc((size_t)(bsize * s->capacity) * sizeof(float));
+        blk.Q = (float *)malloc((size_t)(bsize * d) * sizeof(float));
+        blk.dirty = (uint8_t *)calloc((size_t)s->capacity, 1);
+        blk.dirty_rows = (int64_t *)malloc((size_t)s->capacity * sizeof(int64_t));
+        if (!(blk.S && blk.Q && blk.dirty && blk.dirty_rows)) bsize = 1;  /* scan instead */
+    } else {
+        bsize = 1;
+    }
     if (ok) {
         w.tmp_c = w.tmp_a + d;
         w.x64 = w.tmp_a + 2 * d;
-        for (int64_t vi = 0; vi < m; vi++) write_competitive(s, c, X + vi * d, vi, &w, log);
+        w.blk = NULL;
+        for (int64_t vi = 0; vi < m;) {
+            int64_t nb = m - vi < bsize ? m - vi : bsize;
+            if (nb >= 2 && bsize >= 2 && s->size >= HM_WRITE_BLOCK_MIN_ROWS) {
+                blk.L0 = s->size;
+                blk.nb = nb;
+                blk.valid = 1;
+                for (int64_t t = 0; t < blk.n_dirty; t++) blk.dirty[blk.dirty_rows[t]] = 0;
+                blk.n_dirty = 0;
+                for (int64_t j = 0; j < nb; j++) unit_query(X + (vi + j) * d, d, blk.Q + j * d);
+                hm_dots_batch(s->addresses, blk.L0, d, blk.Q, nb, blk.S);
+                w.blk = &blk;
+            } else {
+                w.blk = NULL;
+            }
+            for (int64_t j = 0; j < nb; j++, vi++) {
+                w.bj = j;
+                if (w.blk && blk.n_dirty * 4 > blk.L0) blk.valid = 0;  /* scanning is cheaper now */
+                write_competitive(s, c, X + vi * d, vi, &w, log);
+            }
+        }
     }
+    free(blk.S); free(blk.Q); free(blk.dirty); free(blk.dirty_rows);
     act_free(&w.act); free(w.rows); free(w.sims); free(w.tmp_a);
     return ok ? HM_OK : HM_ERR_NOMEM;
 }

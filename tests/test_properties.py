@@ -297,3 +297,45 @@ def test_overload_splits_the_winner(backend):
     big = Memory(8, k=2, tau_overload=2.5, seed=9, backend=backend)
     big.write(np.stack([x, x]))
     assert len(big) == 1  # weight 2 does not exceed 2.5
+
+
+@st.composite
+def write_plan(draw):
+    """Clustered inputs and how to cut them into batches (sizes around the kernel's block of 16)."""
+    dim = draw(st.sampled_from([3, 16, 17, 40]))
+    n = draw(st.integers(90, 260))
+    seed = draw(st.integers(0, 2**31 - 1))
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((draw(st.integers(2, 12)), dim))
+    X = (centres[rng.integers(0, len(centres), n)] + draw(st.sampled_from([0.2, 0.6])) *
+         rng.standard_normal((n, dim))).astype(np.float32)
+    cuts = draw(st.lists(st.sampled_from([1, 2, 15, 16, 17, 33, 64, 100]), min_size=1, max_size=8))
+    return X, cuts
+
+
+@settings(max_examples=40, deadline=None)
+@given(write_plan(),
+       st.sampled_from([{}, {"tau_overload": 2.0}, {"tau_split": 0.9, "tau_overload": 1.5, "tau_merge": 0.92},
+                        {"tau_split": 0.9, "max_locations": 80}, {"activation": "compact", "k": 5},
+                        {"k": 100}]))
+def test_a_batch_write_is_the_same_vectors_written_one_at_a_time(plan, overrides):
+    # The kernel scores a batch's writes in blocks (one pass over the addresses
+    # for several inputs, re-scoring only the rows earlier writes changed):
+    # the memory must come out bit for bit as if every vector came alone.
+    X, cuts = plan
+    batched, single = Memory(X.shape[1], **overrides), Memory(X.shape[1], **overrides)
+    logs_b, i, c = [], 0, 0
+    while i < len(X):
+        size = cuts[c % len(cuts)]
+        r = batched.write(X[i:i + size])
+        logs_b += [(t.tolist(), k.tolist()) for t, k in zip(r.touched, r.created)]
+        i += size
+        c += 1
+    logs_s = []
+    for x in X:
+        r = single.write(x)
+        logs_s += [(t.tolist(), k.tolist()) for t, k in zip(r.touched, r.created)]
+    assert logs_b == logs_s
+    for name in ("ids", "addresses", "patterns", "weights"):
+        np.testing.assert_array_equal(getattr(batched, name), getattr(single, name))
+    assert batched.stats() == single.stats()
