@@ -98,6 +98,7 @@ logger = logging.getLogger("hopmem.store")
 
 SYNCHRONOUS = ("normal", "full")
 _MAX_READERS = 64
+_PAGE_SIZE = 16384  # for new files; an existing file keeps its own
 
 
 @dataclass(frozen=True)
@@ -292,6 +293,10 @@ class Database:
     def _create(self, conn: sqlite3.Connection, dim: int, enc: EncoderInfo | None,
                 config: dict[str, Any]) -> None:
         defaults = MemoryConfig.from_dict({**config, "dim": dim})
+        # 16 KiB pages (set before the first table and before WAL mode): a batch's
+        # journal row is ~150 KB at d = 384, and a commit writes a quarter as many
+        # WAL frames, each with its header and checksum, as with 4 KiB pages.
+        conn.execute(f"PRAGMA page_size = {_PAGE_SIZE}")
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("BEGIN IMMEDIATE")
         try:

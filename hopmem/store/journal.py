@@ -40,12 +40,21 @@ def to_signed64(value: int) -> int:
     return value - (1 << 64) if value >= (1 << 63) else value
 
 
+_LE_F32 = np.dtype("<f4")
+
+
 def to_unsigned64(value: int) -> int:
     return int(value) & _MASK64
 
 
-def vectors_blob(X: np.ndarray) -> bytes:
-    """Little-endian float32 row-major bytes of a ``(n, d)`` batch."""
+def vectors_blob(X: np.ndarray) -> bytes | memoryview:
+    """Little-endian float32 row-major bytes of a ``(n, d)`` batch.
+
+    A view of ``X`` itself when it already is exactly that (the usual case: no
+    copy of a batch's ~150 KB; SQLite copies a bound blob), bytes otherwise.
+    """
+    if X.dtype == _LE_F32 and X.flags.c_contiguous:
+        return memoryview(X).cast("B")
     return np.ascontiguousarray(X, dtype="<f4").tobytes()
 
 
