@@ -207,6 +207,10 @@ class Rewinder:
         state.size = n
         state.eta, state.writes = float(snap.eta), int(snap.writes)
         state.next_id, state.rng = int(snap.next_id), int(snap.rng) & (2**64 - 1)
+        if self.mem.backend == "native":
+            # the rows' groups stand (radii only grow); the created rows leave the lists
+            from hopmem import _kernel
+            _kernel.refresh_index(state)
 
     def matches_snapshot(self) -> bool:
         """Whether the memory now holds exactly the snapshot (bit for bit)."""

@@ -30,6 +30,13 @@ cdef extern from "hopmem_kernel.h" nogil:
         int64_t writes
         int64_t next_id
         uint64_t rng
+        int64_t groups
+        float *centroids
+        double *radius
+        int32_t *group_of
+        int64_t *members
+        int64_t *start
+        int index_stale
 
     ctypedef struct hm_config:
         int competitive
@@ -70,6 +77,10 @@ cdef extern from "hopmem_kernel.h" nogil:
                     double *sims, double *weights, int32_t *iterations, int8_t *converged)
     int64_t hm_attention(const hm_state *s, const hm_config *c, const float *q, double scale,
                          float *result, int64_t *rows, double *sims, double *weights)
+    int64_t hm_index_groups(int64_t rows)
+    int hm_index_build(hm_state *s, int64_t iterations)
+    double hm_index_visits(const hm_state *s, int64_t k, int64_t samples)
+    void hm_index_refresh(hm_state *s)
     int64_t hm_merge(hm_state *s, int64_t bound, double tau, int64_t *merges,
                      int64_t max_merges)
 
@@ -130,7 +141,103 @@ cdef hm_state _view(state) except *:
     s.writes = state.writes
     s.next_id = state.next_id
     s.rng = <uint64_t>state.rng
+    _view_index(state.index, &s)
     return s
+
+
+cdef void _view_index(index, hm_state *s) except *:
+    s.index_stale = 0
+    if index is None or not index.useful:
+        s.groups = 0
+        s.centroids = NULL
+        s.radius = NULL
+        s.group_of = NULL
+        s.members = NULL
+        s.start = NULL
+        return
+    cdef cnp.ndarray centroids = index.centroids
+    cdef cnp.ndarray radius = index.radius
+    cdef cnp.ndarray group_of = index.group_of
+    cdef cnp.ndarray members = index.members
+    cdef cnp.ndarray start = index.start
+    cdef int64_t groups = index.groups
+    if (centroids.dtype.num != cnp.NPY_FLOAT32 or radius.dtype.num != cnp.NPY_FLOAT64
+            or group_of.dtype.num != cnp.NPY_INT32 or members.dtype.num != cnp.NPY_INT64
+            or start.dtype.num != cnp.NPY_INT64
+            or cnp.PyArray_DIM(centroids, 0) != groups or cnp.PyArray_DIM(centroids, 1) != s.dim
+            or cnp.PyArray_DIM(radius, 0) != groups or cnp.PyArray_DIM(start, 0) != groups + 1
+            or cnp.PyArray_DIM(group_of, 0) < s.capacity or cnp.PyArray_DIM(members, 0) < s.capacity
+            or not (cnp.PyArray_IS_C_CONTIGUOUS(centroids) and cnp.PyArray_IS_C_CONTIGUOUS(radius)
+                    and cnp.PyArray_IS_C_CONTIGUOUS(group_of)
+                    and cnp.PyArray_IS_C_CONTIGUOUS(members) and cnp.PyArray_IS_C_CONTIGUOUS(start))):
+        raise TypeError("hopmem kernel: the location index is out of shape")
+    s.groups = groups
+    s.centroids = <float *>cnp.PyArray_DATA(centroids)
+    s.radius = <double *>cnp.PyArray_DATA(radius)
+    s.group_of = <int32_t *>cnp.PyArray_DATA(group_of)
+    s.members = <int64_t *>cnp.PyArray_DATA(members)
+    s.start = <int64_t *>cnp.PyArray_DATA(start)
+
+
+INDEX_ITERATIONS = 2    # rounds of spherical k-means when building the location index
+INDEX_SAMPLES = 32      # rows used as queries to judge it
+INDEX_MAX_VISITS = 0.3  # used only if a read would score at most this share of the rows
+INDEX_ENABLED = True    # False: every activation scans (benchmarks compare the two)
+
+
+def refresh_index(state):
+    """Rebuild the index's member lists after rows were truncated, or restored in
+    place to earlier addresses of the same rows (benchmarks rewinding a write)."""
+    cdef hm_state s
+    if state.index is not None and state.index.useful:
+        s = _view(state)
+        hm_index_refresh(&s)
+
+
+def maintain_index(state, k=None, *, groups=None, force=False):
+    """Build, rebuild or drop the location index for the state's current size.
+
+    Call with the state exclusively held (a write, a merge, a restore): reads
+    only use the index, never change it. Built when the memory reaches
+    hm_index_groups' minimum and rebuilt when it has doubled or halved since;
+    then judged on sample rows used as queries: reads use it only where it
+    skips most of the scan (clustered locations, as competitive writes make;
+    plain memories of scattered inputs usually scan). Never for compact
+    activation (its half scan is another path). The index never changes a
+    result, only which rows an activation scores. ``groups`` and ``force``
+    (tests) build one now with that many groups and use it whatever it costs.
+    """
+    cdef int64_t rows = state.size, kk
+    cdef hm_state s
+    cdef int rc
+    cdef int64_t iterations = INDEX_ITERATIONS, samples = INDEX_SAMPLES
+    cdef double visits = 1.0
+    index = state.index
+    if state.addresses16 is not None or not INDEX_ENABLED:
+        state.index = None
+        return
+    if (groups is None and index is not None and index.rows <= 2 * rows
+            and rows <= 2 * index.rows):
+        return
+    groups = hm_index_groups(rows) if groups is None else min(int(groups), rows)
+    if groups == 0:
+        state.index = None
+        return
+    kk = int(k if k is not None else (index.k if index is not None else 20))
+    from hopmem._state import LocationIndex
+    fresh = LocationIndex(groups, state.dim, state.capacity, rows, kk)
+    fresh.useful = True
+    state.index = None
+    s = _view(state)
+    _view_index(fresh, &s)
+    with nogil:
+        rc = hm_index_build(&s, iterations)
+        if rc == 0 and s.groups > 0:
+            visits = hm_index_visits(&s, kk, samples)
+    if rc == 0 and s.groups > 0:
+        fresh.visits = visits
+        fresh.useful = force or visits <= INDEX_MAX_VISITS
+        state.index = fresh
 
 
 cdef void _store(state, hm_state *s) except *:
@@ -211,6 +318,7 @@ def write(state, cfg, const float[:, ::1] X):
             created_out.append(created[i, : n_created[i]].copy())
         merges_out.extend((int(r[1]), int(r[2])) for r in merges[: log.n_merges])
         start += m
+        maintain_index(state, c.k)
     return touched_out, created_out, merges_out
 
 
@@ -237,10 +345,13 @@ def read(state, cfg, const float[:, ::1] Q, bint fast_only):
     cdef double blas_error = hm_score_error(d, 0)
     if nq == 0:
         return []
-    if nq == 1:
+    if nq == 1 or s.groups > 0:  # with a location index, each query's own activation is cheaper
         with nogil:
-            kk = hm_read(&s, &c, &Q[0, 0], NULL, 0.0, fast_only, &res_v[0, 0], &fast_v[0, 0],
-                         &rows_v[0, 0], &sims_v[0, 0], &w_v[0, 0], &it_v[0], &conv_v[0])
+            for q in range(nq):
+                kk = hm_read(&s, &c, &Q[q, 0], NULL, 0.0, fast_only, &res_v[q, 0], &fast_v[q, 0],
+                             &rows_v[q, 0], &sims_v[q, 0], &w_v[q, 0], &it_v[q], &conv_v[q])
+                if kk < 0:
+                    break
         if kk < 0:
             _raise(kk, "read")
     else:
@@ -340,10 +451,13 @@ def read_results(state, cfg, const float[:, ::1] Q, bint fast_only):
     cdef double blas_error = hm_score_error(d, 0)
     if nq == 0:
         return results
-    if nq == 1:
+    if nq == 1 or s.groups > 0:  # with a location index, each query's own activation is cheaper
         with nogil:
-            kk = hm_read(&s, &c, &Q[0, 0], NULL, 0.0, fast_only, res, fast, rows, sims, weights,
-                         &it, &conv)
+            for q in range(nq):
+                kk = hm_read(&s, &c, &Q[q, 0], NULL, 0.0, fast_only, res + q * d, fast, rows,
+                             sims, weights, &it, &conv)
+                if kk < 0:
+                    break
     else:
         dots_v = np.empty((min(READ_BLOCK, nq), L), dtype=np.float32)
         unit_v = np.empty((min(READ_BLOCK, nq), d), dtype=np.float32)
@@ -389,6 +503,7 @@ def _merge(state, int64_t bound, double tau):
     with nogil:
         count = hm_merge(&s, bound, tau, &m_v[0, 0], cap)
     _store(state, &s)
+    maintain_index(state)
     if count < 0:
         _raise(count, "merge")
     return [(int(r[1]), int(r[2])) for r in merges[:count]]

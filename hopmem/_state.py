@@ -48,6 +48,35 @@ class Snapshot:
     __hash__ = None  # type: ignore[assignment]
 
 
+class LocationIndex:
+    """The native kernel's location index: derived data, never part of a snapshot.
+
+    Rows grouped around unit centroids with radii that bound each row's
+    distance to its centroid, so an activation can skip whole groups exactly
+    (see "location index" in ``kernels/hopmem_kernel.c``). The kernel keeps it
+    valid through writes and merges; it is rebuilt as the memory grows.
+    """
+
+    def __init__(self, groups: int, dim: int, capacity: int, rows: int, k: int) -> None:
+        self.groups = groups
+        self.rows = rows  # rows when built
+        self.k = k        # the activation's k it was judged for
+        self.useful = False  # whether reads use it (judged once built)
+        self.visits = 1.0    # estimated rows + centroids scored per read, over the rows
+        self.centroids = np.zeros((groups, dim), dtype=np.float32)
+        self.radius = np.zeros(groups, dtype=np.float64)
+        self.group_of = np.zeros(capacity, dtype=np.int32)
+        self.members = np.zeros(capacity, dtype=np.int64)
+        self.start = np.zeros(groups + 1, dtype=np.int64)
+
+    def grow(self, capacity: int, n: int) -> None:
+        group_of = np.zeros(capacity, dtype=np.int32)
+        members = np.zeros(capacity, dtype=np.int64)
+        group_of[:n] = self.group_of[:n]
+        members[:n] = self.members[:n]
+        self.group_of, self.members = group_of, members
+
+
 class State:
     """Location arrays (capacity >= size) plus the scalar state."""
 
@@ -69,6 +98,7 @@ class State:
         # The generator's state starts from the seed mixed once, so that seed 0
         # does not start from an all-zero state.
         self.rng = (int(seed) * SPLITMIX_GAMMA + 0x2545F4914F6CDD1D) & _MASK64
+        self.index: LocationIndex | None = None  # built and kept by the native kernel
 
     @property
     def capacity(self) -> int:
@@ -94,6 +124,8 @@ class State:
         counters[:n] = self.counters[:n]
         weights[:n] = self.weights[:n]
         self.ids, self.addresses, self.counters, self.weights = ids, addresses, counters, weights
+        if self.index is not None:
+            self.index.grow(new, n)
 
     def snapshot(self) -> Snapshot:
         n = self.size

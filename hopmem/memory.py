@@ -183,6 +183,9 @@ class _ReferenceEngine:
         merges = [m for ms in log.merges for m in ms]
         return touched, created, merges
 
+    def state_replaced(self, state: State) -> None:
+        pass
+
     def read(self, state: State, cfg: MemoryConfig, Q: np.ndarray, strategy: str):
         out = []
         for q in Q:
@@ -217,6 +220,10 @@ class _NativeEngine:
 
     def write(self, state: State, cfg, X: np.ndarray):
         return self._k.write(state, cfg, X)
+
+    def state_replaced(self, state: State) -> None:
+        """The state was restored wholesale: rebuild derived data (the location index)."""
+        self._k.maintain_index(state)
 
     def read(self, state: State, cfg, Q: np.ndarray, strategy: str):
         if Q.shape[0] == 1:
@@ -391,6 +398,7 @@ class Memory:
             self._state = State(config.dim, config.eta0, config.seed, compact=compact)
         else:
             self._state = State.from_snapshot(config.dim, snapshot, compact=compact)
+            self._engine.state_replaced(self._state)
 
     @classmethod
     def from_config(cls, config: MemoryConfig, snapshot: Snapshot | None = None,
@@ -475,6 +483,7 @@ class Memory:
         _check_snapshot(self._config, snapshot)
         with self._lock.write():
             self._state.restore(snapshot)
+            self._engine.state_replaced(self._state)
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -500,6 +509,7 @@ class Memory:
         except BaseException:
             if before is not None:
                 self._state.restore(before)
+                self._engine.state_replaced(self._state)
             raise
         return WriteResult(X.shape[0], touched, created, merges)
 

@@ -62,9 +62,8 @@ HM_INLINE void tail16(const float *a, const float *x, int64_t rem, v8f *lo, v8f 
 /* pf: the first of 4 rows to prefetch while these 4 are summed (the scan asks
  * for rows 8 ahead, so they stream in from L3 or memory before they are due:
  * the hardware prefetcher alone leaves the scan waiting on memory), or NULL. */
-HM_INLINE void dot4(const float *a0, int64_t dim, const float *x, float *out,
-                    const float *pf) {
-    const float *a1 = a0 + dim, *a2 = a1 + dim, *a3 = a2 + dim;
+HM_INLINE void dot4p(const float *a0, const float *a1, const float *a2, const float *a3,
+                     int64_t dim, const float *x, float *out, const float *pf) {
     v8f l0 = {0}, h0 = {0}, l1 = {0}, h1 = {0}, l2 = {0}, h2 = {0}, l3 = {0}, h3 = {0};
     int64_t i = 0;
     for (; i + LANES <= dim; i += LANES) {
@@ -91,6 +90,11 @@ HM_INLINE void dot4(const float *a0, int64_t dim, const float *x, float *out,
     out[1] = hsum2(l1, h1);
     out[2] = hsum2(l2, h2);
     out[3] = hsum2(l3, h3);
+}
+
+HM_INLINE void dot4(const float *a0, int64_t dim, const float *x, float *out,
+                    const float *pf) {
+    dot4p(a0, a0 + dim, a0 + 2 * dim, a0 + 3 * dim, dim, x, out, pf);
 }
 
 HM_INLINE float dot1(const float *a, int64_t dim, const float *x) {
@@ -121,6 +125,15 @@ HM_INLINE float dot1(const float *a, int64_t dim, const float *x) {
         for (int l = 0; l < LANES; l++) acc[l] += a[i + l] * x[i + l];
     for (int l = 0; i + l < dim; l++) acc[l] += a[i + l] * x[i + l];
     return hsum16(acc);
+}
+
+HM_INLINE void dot4p(const float *a0, const float *a1, const float *a2, const float *a3,
+                     int64_t dim, const float *x, float *out, const float *pf) {
+    (void)pf;
+    out[0] = dot1(a0, dim, x);
+    out[1] = dot1(a1, dim, x);
+    out[2] = dot1(a2, dim, x);
+    out[3] = dot1(a3, dim, x);
 }
 
 HM_INLINE void dot4(const float *a0, int64_t dim, const float *x, float *out,
@@ -652,6 +665,144 @@ static void random_unit(uint64_t *rng, double *out, int64_t dim) {
     normalize_d(out, dim);
 }
 
+/* ---- location index ------------------------------------------------------------ */
+/* Exact pruning of the activation scan. Rows are grouped around unit
+ * centroids c_g, and radius[g] >= |a_r - c_g| for every row r of group g, so
+ * for a unit query q (Cauchy-Schwarz) q.a_r <= q.c_g + radius[g]. Activation
+ * scores the centroids, visits the groups from the highest bound down, and
+ * skips a group once its bound, widened by the float32 rounding of both sides,
+ * is below the k-th best score already found: none of its rows can enter the
+ * top k. Visited rows are scored with the scan's own lanes and order, and the
+ * top k is chosen by the same hm_top_k over all rows (skipped ones at -inf), so
+ * the activated set, its order and its similarities are bit-equal to a full
+ * scan's. The index is derived data: writes keep it valid (a changed address
+ * raises its group's radius, a new row joins its nearest centroid, a removed
+ * row leaves), and the caller rebuilds it as the memory grows. */
+
+HM_INLINE double row_distance(const hm_state *s, int64_t row, int64_t g) {
+    const float *a = s->addresses + row * s->dim, *c = s->centroids + g * s->dim;
+    double acc = 0.0;
+    for (int64_t i = 0; i < s->dim; i++) {
+        double t = (double)a[i] - (double)c[i];
+        acc += t * t;
+    }
+    return sqrt(acc);
+}
+
+/* Row's address changed: keep its group's radius an upper bound. */
+HM_INLINE void index_touch(hm_state *s, int64_t row) {
+    if (s->groups <= 0) return;
+    int64_t g = s->group_of[row];
+    double r = row_distance(s, row, g);
+    if (r > s->radius[g]) s->radius[g] = r;
+}
+
+/* New row: it joins the group of its nearest centroid. */
+static void index_add(hm_state *s, int64_t row) {
+    if (s->groups <= 0) return;
+    const float *a = s->addresses + row * s->dim;
+    int64_t best = 0;
+    float best_v = -INFINITY;
+    for (int64_t g = 0; g < s->groups; g++) {
+        float v = dot1(s->centroids + g * s->dim, s->dim, a);
+        if (v > best_v) { best_v = v; best = g; }
+    }
+    s->group_of[row] = (int32_t)best;
+    s->index_stale = 1;
+    index_touch(s, row);
+}
+
+/* Row is about to be removed (the rows after it move up one). */
+HM_INLINE void index_remove(hm_state *s, int64_t row) {
+    if (s->groups <= 0) return;
+    int64_t tail = s->size - row - 1;
+    if (tail > 0) memmove(s->group_of + row, s->group_of + row + 1, (size_t)tail * sizeof(int32_t));
+    s->index_stale = 1;
+}
+
+/* Members by group (a counting sort of group_of; rows ascending in a group). */
+static void index_members(hm_state *s) {
+    if (s->groups <= 0 || !s->index_stale) return;
+    int64_t G = s->groups, L = s->size;
+    memset(s->start, 0, (size_t)(G + 1) * sizeof(int64_t));
+    for (int64_t r = 0; r < L; r++) s->start[s->group_of[r] + 1]++;
+    for (int64_t g = 0; g < G; g++) s->start[g + 1] += s->start[g];
+    for (int64_t r = 0; r < L; r++) s->members[s->start[s->group_of[r]]++] = r;
+    for (int64_t g = G; g > 0; g--) s->start[g] = s->start[g - 1];
+    s->start[0] = 0;
+    s->index_stale = 0;
+}
+
+void hm_index_refresh(hm_state *s) {
+    s->index_stale = 1;
+    index_members(s);
+}
+
+int64_t hm_index_groups(int64_t rows) {
+    if (rows < 512) return 0;  /* a scan is as cheap */
+    int64_t g = (int64_t)(2.0 * sqrt((double)rows));
+    return g < 16 ? 16 : g;
+}
+
+/* Assign every row to its nearest centroid (scores in chunks of rows). */
+static void index_assign(hm_state *s, float *S, int64_t chunk) {
+    int64_t G = s->groups, d = s->dim, L = s->size;
+    for (int64_t r0 = 0; r0 < L; r0 += chunk) {
+        int64_t nr = L - r0 < chunk ? L - r0 : chunk;
+        hm_dots_batch(s->centroids, G, d, s->addresses + r0 * d, nr, S);
+        for (int64_t q = 0; q < nr; q++) {
+            const float *row = S + q * G;
+            int64_t best = 0;
+            for (int64_t g = 1; g < G; g++) if (row[g] > row[best]) best = g;
+            s->group_of[r0 + q] = (int32_t)best;
+        }
+    }
+}
+
+int hm_index_build(hm_state *s, int64_t iterations) {
+    int64_t G = s->groups, d = s->dim, L = s->size;
+    if (G <= 0 || G > L) { s->groups = 0; return HM_OK; }
+    const int64_t chunk = 256;
+    float *S = (float *)malloc((size_t)(chunk * G) * sizeof(float));
+    double *sum = (double *)malloc((size_t)(G * d) * sizeof(double));
+    int64_t *count = (int64_t *)malloc((size_t)G * sizeof(int64_t));
+    if (!S || !sum || !count) {
+        free(S); free(sum); free(count);
+        s->groups = 0;
+        return HM_ERR_NOMEM;
+    }
+    /* Seeds: evenly spaced rows (rows are in write order, so this spreads them
+     * over time as well), then a few rounds of spherical k-means. */
+    for (int64_t g = 0; g < G; g++) {
+        const float *a = s->addresses + ((g * L) / G) * d;
+        for (int64_t i = 0; i < d; i++) sum[g * d + i] = (double)a[i];
+        normalize_d(sum + g * d, d);
+        for (int64_t i = 0; i < d; i++) s->centroids[g * d + i] = (float)sum[g * d + i];
+    }
+    for (int64_t it = 0; it < iterations; it++) {
+        index_assign(s, S, chunk);
+        memset(sum, 0, (size_t)(G * d) * sizeof(double));
+        memset(count, 0, (size_t)G * sizeof(int64_t));
+        for (int64_t r = 0; r < L; r++) {
+            int64_t g = s->group_of[r];
+            const float *a = s->addresses + r * d;
+            for (int64_t i = 0; i < d; i++) sum[g * d + i] += (double)a[i];
+            count[g]++;
+        }
+        for (int64_t g = 0; g < G; g++) {
+            if (count[g] == 0 || normalize_d(sum + g * d, d) < HM_TINY) continue;  /* keep it */
+            for (int64_t i = 0; i < d; i++) s->centroids[g * d + i] = (float)sum[g * d + i];
+        }
+    }
+    index_assign(s, S, chunk);
+    for (int64_t g = 0; g < G; g++) s->radius[g] = 0.0;
+    for (int64_t r = 0; r < L; r++) index_touch(s, r);
+    s->index_stale = 1;
+    index_members(s);
+    free(S); free(sum); free(count);
+    return HM_OK;
+}
+
 /* ---- location bookkeeping ------------------------------------------------------ */
 
 static int64_t append_row(hm_state *s, const double *address, const double *counter,
@@ -664,6 +815,7 @@ static int64_t append_row(hm_state *s, const double *address, const double *coun
     s->ids[row] = s->next_id++;
     s->size++;
     sync_rows16(s, row, 1);
+    index_add(s, row);
     return s->ids[row];
 }
 
@@ -674,6 +826,7 @@ static int64_t spawn(hm_state *s, const float *x, double *tmp_a, double *tmp_c) 
 }
 
 static void remove_row(hm_state *s, int64_t row) {
+    index_remove(s, row);
     int64_t d = s->dim, tail = s->size - row - 1;
     if (tail > 0) {
         memmove(s->ids + row, s->ids + row + 1, (size_t)tail * sizeof(int64_t));
@@ -701,6 +854,7 @@ static void merge_rows(hm_state *s, int64_t keep, int64_t drop, double *tmp,
     normalize_d(tmp, d);
     for (int64_t i = 0; i < d; i++) ak[i] = (float)tmp[i];
     sync_rows16(s, keep, 1);
+    index_touch(s, keep);
     double *ck = s->counters + keep * d;
     const double *cd = s->counters + drop * d;
     for (int64_t i = 0; i < d; i++) ck[i] += cd[i];
@@ -757,6 +911,7 @@ int64_t hm_merge(hm_state *s, int64_t bound, double tau, int64_t *merges, int64_
     }
     free(scratch);
     free(tmp);
+    index_members(s);
     return count;
 }
 
@@ -780,6 +935,7 @@ typedef struct {
     float *vals;      /* [capacity] */
     float *top;       /* [k] */
     float *qhat;      /* [dim] */
+    hm_pair *order;   /* [capacity]: the index's groups by bound */
 } act_scratch;
 
 static int act_alloc(act_scratch *a, int64_t rows, int64_t k, int64_t dim) {
@@ -789,11 +945,12 @@ static int act_alloc(act_scratch *a, int64_t rows, int64_t k, int64_t dim) {
     a->vals = (float *)malloc(n * sizeof(float));
     a->top = (float *)malloc(kk * sizeof(float));
     a->qhat = (float *)malloc((size_t)dim * sizeof(float));
-    return a->scores && a->cand && a->vals && a->top && a->qhat;
+    a->order = (hm_pair *)malloc(n * sizeof(hm_pair));
+    return a->scores && a->cand && a->vals && a->top && a->qhat && a->order;
 }
 
 static void act_free(act_scratch *a) {
-    free(a->scores); free(a->cand); free(a->vals); free(a->top); free(a->qhat);
+    free(a->scores); free(a->cand); free(a->vals); free(a->top); free(a->qhat); free(a->order);
 }
 
 /* out = q / |q| rounded to float32 (zeros when |q| < TINY); returns |q|.
@@ -820,6 +977,85 @@ double hm_cosine(const float *a, const float *b, int64_t dim) {
     return ffdot(a, b, dim) / (na * nb);
 }
 
+/* Min-heap of the k best scores seen (heap[0] is the k-th best once full). */
+HM_INLINE void heap_push(float *heap, int64_t k, int64_t *n, float v) {
+    int64_t i;
+    if (*n < k) {
+        i = (*n)++;
+        while (i > 0 && heap[(i - 1) / 2] > v) { heap[i] = heap[(i - 1) / 2]; i = (i - 1) / 2; }
+        heap[i] = v;
+        return;
+    }
+    if (!(v > heap[0])) return;
+    i = 0;
+    for (;;) {
+        int64_t l = 2 * i + 1, r = l + 1, m = i;
+        float mv = v;
+        if (l < k && heap[l] < mv) { m = l; mv = heap[l]; }
+        if (r < k && heap[r] < mv) { m = r; }
+        if (m == i) break;
+        heap[i] = heap[m];
+        i = m;
+    }
+    heap[i] = v;
+}
+
+/* Scores of q against the rows the index cannot rule out for the top k (the
+ * rest are -inf) into a->scores: see "location index". q is a unit vector. */
+static int64_t index_scan(const hm_state *s, int64_t k, const float *q, act_scratch *a) {
+    int64_t d = s->dim, L = s->size, G = s->groups;
+    if (k > L) k = L;
+    float *gs = a->vals, *sc = a->scores, *heap = a->top;
+    hm_dots(s->centroids, G, d, q, gs);
+    for (int64_t g = 0; g < G; g++) { a->order[g].v = gs[g] + (float)s->radius[g]; a->order[g].r = g; }
+    sort_pairs(a->order, G);
+    for (int64_t r = 0; r < L; r++) sc[r] = -INFINITY;
+    /* both the centroid's score and a row's are float32 dots: each within
+     * hm_score_error of the exact value (|q| = 1, |c|, |a| <= 1) */
+    const double slack = 2.0 * hm_score_error(d, 0);
+    int64_t have = 0, visited = 0;
+    for (int64_t t = 0; t < G; t++) {
+        int64_t g = a->order[t].r;
+        if (have == k && (double)gs[g] + s->radius[g] + slack < (double)heap[0]) continue;
+        const int64_t *m = s->members + s->start[g], n = s->start[g + 1] - s->start[g];
+        int64_t j = 0;
+        visited += n;
+        float four[4];
+        for (; j + 4 <= n; j += 4) {
+            if (j + 8 <= n)  /* the rows are scattered: ask for the next four whole */
+                for (int u = 4; u < 8; u++) {
+                    const char *row = (const char *)(s->addresses + m[j + u] * d);
+                    for (int64_t b = 0; b < d * (int64_t)sizeof(float); b += 64)
+                        __builtin_prefetch(row + b);
+                }
+            dot4p(s->addresses + m[j] * d, s->addresses + m[j + 1] * d,
+                  s->addresses + m[j + 2] * d, s->addresses + m[j + 3] * d, d, q, four, NULL);
+            for (int u = 0; u < 4; u++) { sc[m[j + u]] = four[u]; heap_push(heap, k, &have, four[u]); }
+        }
+        for (; j < n; j++) {
+            float v = dot1(s->addresses + m[j] * d, d, q);
+            sc[m[j]] = v;
+            heap_push(heap, k, &have, v);
+        }
+    }
+    return visited;
+}
+
+double hm_index_visits(const hm_state *s, int64_t k, int64_t samples) {
+    int64_t L = s->size, d = s->dim;
+    if (s->groups <= 0 || L == 0 || samples <= 0) return 1.0;
+    if (k > L) k = L;
+    act_scratch a;
+    if (!act_alloc(&a, L, k, d)) { act_free(&a); return 1.0; }
+    double total = 0.0;
+    for (int64_t t = 0; t < samples; t++) {
+        unit_query(s->addresses + ((t * L) / samples) * d, d, a.qhat);
+        total += (double)index_scan(s, k, a.qhat, &a);
+    }
+    act_free(&a);
+    return (total / (double)samples + (double)s->groups) / (double)L;
+}
+
 /* Rows of the k best exact scores for q (ties to the lower row) and their
  * cosine similarities. scores: precomputed scores for q with relative error
  * bound scores_error (0 = exact), or NULL to scan here. */
@@ -829,9 +1065,14 @@ HM_INLINE int64_t activate(const hm_state *s, const hm_config *c, const float *q
     int64_t d = s->dim, L = s->size;
     double qnorm = unit_query(q, d, a->qhat);
     if (!scores) {
-        hm_scan(s, c, a->qhat, 1, a->scores);
         scores = a->scores;
-        scores_error = (c->compact && s->addresses16) ? hm_score_error(d, 1) : 0.0;
+        if (s->groups > 0 && !(c->compact && s->addresses16) && qnorm >= HM_TINY) {
+            index_scan(s, c->k, a->qhat, a);  /* exact: the same scores where they matter */
+            scores_error = 0.0;
+        } else {
+            hm_scan(s, c, a->qhat, 1, a->scores);
+            scores_error = (c->compact && s->addresses16) ? hm_score_error(d, 1) : 0.0;
+        }
     }
     int64_t kk = hm_top_k(scores, L, c->k, rows, a->top);
     if (kk > 0 && scores_error > 0.0 && qnorm >= HM_TINY) {
@@ -962,6 +1203,7 @@ HM_INLINE void write_competitive(hm_state *s, const hm_config *c, const float *x
         return;
     }
     for (int64_t i = 0; i < d; i++) w->x64[i] = (double)x[i];
+    index_members(s);
     /* The same activation as a read (compact or not, the set is exact); in a
      * block, from the block's exact scores instead of a scan of its own. */
     int64_t kk = activate(s, c, x, block_scores(s, w), 0.0, w->rows, w->sims, &w->act);
@@ -1000,6 +1242,7 @@ HM_INLINE void write_competitive(hm_state *s, const hm_config *c, const float *x
             normalize_d(w->tmp_a, d);
             for (int64_t i = 0; i < d; i++) aj[i] = (float)w->tmp_a[i];
             sync_rows16(s, row, 1);
+            index_touch(s, row);
             block_touch(w, row);
             touched[nt++] = s->ids[row];
         }
@@ -1071,6 +1314,7 @@ int hm_write(hm_state *s, const hm_config *c, const float *X, int64_t m, hm_writ
             log->n_touched[vi] = 0;
         }
         free(tmp_a);
+        index_members(s);
         return HM_OK;
     }
     write_scratch w;
@@ -1104,7 +1348,8 @@ int hm_write(hm_state *s, const hm_config *c, const float *X, int64_t m, hm_writ
         w.blk = NULL;
         for (int64_t vi = 0; vi < m;) {
             int64_t nb = m - vi < bsize ? m - vi : bsize;
-            if (nb >= 2 && bsize >= 2 && s->size >= HM_WRITE_BLOCK_MIN_ROWS) {
+            /* (with an index, each write's own pruned activation is cheaper) */
+            if (nb >= 2 && bsize >= 2 && s->size >= HM_WRITE_BLOCK_MIN_ROWS && s->groups <= 0) {
                 blk.L0 = s->size;
                 blk.nb = nb;
                 blk.valid = 1;
@@ -1125,6 +1370,7 @@ int hm_write(hm_state *s, const hm_config *c, const float *X, int64_t m, hm_writ
     }
     free(blk.S); free(blk.Q); free(blk.dirty); free(blk.dirty_rows);
     act_free(&w.act); free(w.rows); free(w.sims); free(w.tmp_a);
+    index_members(s);
     return ok ? HM_OK : HM_ERR_NOMEM;
 }
 

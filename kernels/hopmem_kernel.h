@@ -41,6 +41,17 @@ typedef struct {
     int64_t writes;
     int64_t next_id;
     uint64_t rng;
+    /* Location index (see "location index" in hopmem_kernel.c): groups of rows
+     * around unit centroids, each with a radius that bounds |address - centroid|,
+     * so activation skips groups that provably hold no top-k row. Derived data,
+     * never part of the state's value; groups == 0: no index, every read scans. */
+    int64_t groups;
+    float *centroids;    /* [groups * dim] */
+    double *radius;      /* [groups] */
+    int32_t *group_of;   /* [capacity]: each row's group */
+    int64_t *members;    /* [capacity]: rows by group, group g at start[g] .. start[g + 1] */
+    int64_t *start;      /* [groups + 1] */
+    int index_stale;     /* 1: rows were added or moved since members was built */
 } hm_state;
 
 typedef struct {
@@ -128,5 +139,22 @@ int64_t hm_attention(const hm_state *s, const hm_config *c, const float *q, doub
  * bound < 0, while the pair's cosine exceeds tau. Appends (−1, removed, survivor)
  * triples to merges (capacity max_merges). Returns the number of merges or < 0. */
 int64_t hm_merge(hm_state *s, int64_t bound, double tau, int64_t *merges, int64_t max_merges);
+
+/* Groups to build an index with for L rows (0: too few rows to be worth one). */
+int64_t hm_index_groups(int64_t rows);
+
+/* Build the location index over the current rows into the arrays s points at
+ * (s->groups of them); HM_ERR_NOMEM if scratch allocation fails (then
+ * s->groups is set to 0). */
+int hm_index_build(hm_state *s, int64_t iterations);
+
+/* Rebuild the members lists from group_of over the current rows (after rows
+ * were truncated or restored in place to addresses within their radius). */
+void hm_index_refresh(hm_state *s);
+
+/* The index's cost estimate for reads: rows plus centroids an activation with
+ * this k scores, as a fraction of the rows, averaged over `samples` rows used
+ * as queries (1.0 without an index). */
+double hm_index_visits(const hm_state *s, int64_t k, int64_t samples);
 
 #endif

@@ -86,5 +86,6 @@ def restore_locked(memory: Memory, snapshot: Snapshot) -> None:
     """Replace the state in place; the caller holds :func:`write_lock` (fast path)."""
     if fast_path(memory):
         memory._state.restore(snapshot)
+        memory._engine.state_replaced(memory._state)
     else:
         memory.restore(snapshot)

@@ -1,0 +1,147 @@
+"""The native kernel's location index: exact pruning of the activation scan.
+
+The index groups the rows around centroids with radii that bound every row's
+distance to its centroid, and an activation skips the groups whose bound
+cannot reach the k-th best score (``kernels/hopmem_kernel.c``, "location
+index"). It must never change a result: reads and writes with an index are
+held bit for bit to the same memory without one, on awkward shapes and
+configs, and the index's invariants are checked after writes and merges.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hopmem import Memory, _kernel
+
+
+def index_invariants(mem: Memory) -> None:
+    """Every row sits in one group, within its group's radius; lists match group_of."""
+    state = mem._state
+    ix = state.index
+    assert ix is not None and ix.useful
+    L = state.size
+    A = state.addresses[:L].astype(np.float64)
+    group_of = ix.group_of[:L]
+    assert ((group_of >= 0) & (group_of < ix.groups)).all()
+    dist = np.linalg.norm(A - ix.centroids.astype(np.float64)[group_of], axis=1)
+    assert (dist <= ix.radius[group_of] * (1 + 1e-12) + 1e-12).all()
+    assert ix.start[0] == 0 and ix.start[-1] == L and (np.diff(ix.start) >= 0).all()
+    members = ix.members[:L]
+    assert sorted(members.tolist()) == list(range(L))
+    for g in range(ix.groups):
+        rows = members[ix.start[g]:ix.start[g + 1]]
+        assert (group_of[rows] == g).all()
+        assert (np.diff(rows) > 0).all()  # ascending within a group
+
+
+@st.composite
+def index_plan(draw):
+    dim = draw(st.sampled_from([1, 3, 16, 17, 40]))
+    n = draw(st.integers(40, 220))
+    seed = draw(st.integers(0, 2**31 - 1))
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((draw(st.integers(1, 10)), dim))
+    spread = draw(st.sampled_from([0.05, 0.3, 1.0]))
+    X = (centres[rng.integers(0, len(centres), 2 * n)] + spread *
+         rng.standard_normal((2 * n, dim))).astype(np.float32)
+    if draw(st.booleans()):
+        X[rng.integers(0, 2 * n, 3)] = X[0]  # exact duplicates: ties in the scores
+    Q = (centres[rng.integers(0, len(centres), 12)] + spread *
+         rng.standard_normal((12, dim))).astype(np.float32)
+    Q[0] = X[1]  # a stored input
+    groups = draw(st.sampled_from([1, 2, 7, 30, 1000]))
+    cut = draw(st.integers(1, n - 1))
+    return X, Q, n, cut, groups
+
+
+CONFIGS = [
+    {},
+    {"k": 1},
+    {"k": 5, "tau_split": 0.9, "tau_overload": 1.5, "tau_merge": 0.92},
+    {"k": 100},
+    {"mode": "plain", "k": 7},
+    {"tau_split": 0.9, "max_locations": 60},
+    {"beta": 50.0, "t_max": 3},
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(index_plan(), st.sampled_from(CONFIGS))
+def test_the_location_index_changes_no_read_and_no_write(plan, config):
+    X, Q, n, cut, groups = plan
+    dim = X.shape[1]
+    with_index, without = Memory(dim, **config), Memory(dim, **config)
+    for mem in (with_index, without):
+        mem.write(X[:n])
+    _kernel.maintain_index(with_index._state, with_index.config.k, groups=groups, force=True)
+    assert without._state.index is None  # too small for one of its own
+    index_invariants(with_index)
+    # writes with the index in place: it is kept valid, rows added, moved and merged
+    for mem in (with_index, without):
+        mem.write(X[n:n + cut])
+        mem.write(X[n + cut])
+    assert with_index.snapshot() == without.snapshot()
+    if with_index._state.index is not None:
+        index_invariants(with_index)
+    for strategy in ("iterative", "fast"):
+        a = with_index.analyze(Q, strategy=strategy)
+        b = without.analyze(Q, strategy=strategy)
+        for ta, tb in zip(a, b):
+            np.testing.assert_array_equal(ta.activated, tb.activated)
+            np.testing.assert_array_equal(ta.similarities, tb.similarities)
+            np.testing.assert_array_equal(ta.weights, tb.weights)
+            np.testing.assert_array_equal(ta.result, tb.result)
+            assert (ta.iterations, ta.converged) == (tb.iterations, tb.converged)
+        np.testing.assert_array_equal(with_index.read(Q[3], strategy=strategy),
+                                      without.read(Q[3], strategy=strategy))
+
+
+def test_compress_keeps_the_index_valid():
+    rng = np.random.default_rng(3)
+    centres = rng.standard_normal((6, 24))
+    X = (centres[rng.integers(0, 6, 300)] + 1.0 * rng.standard_normal((300, 24))).astype(np.float32)
+    mem = Memory(24, tau_split=0.9)
+    mem.write(X)
+    twin = Memory.from_config(mem.config, mem.snapshot())
+    _kernel.maintain_index(mem._state, mem.config.k, groups=9, force=True)
+    twin._state.index = None
+    bound = len(mem) * 3 // 4
+    assert mem.compress(max_locations=bound) == twin.compress(max_locations=bound)
+    assert len(mem) <= bound and mem._state.index is not None
+    index_invariants(mem)
+    assert mem.snapshot() == twin.snapshot()
+    np.testing.assert_array_equal(mem.read(X[:20]), twin.read(X[:20]))
+
+
+def test_an_index_is_built_used_and_judged_as_the_memory_grows():
+    rng = np.random.default_rng(0)
+    centres = rng.standard_normal((60, 32))
+    clustered = (centres[rng.integers(0, 60, 3000)] +
+                 0.1 * rng.standard_normal((3000, 32))).astype(np.float32)
+    mem = Memory(32)
+    mem.write(clustered[:100])
+    assert mem._state.index is None  # a small memory scans
+    mem.write(clustered[100:])
+    ix = mem._state.index
+    assert len(mem) >= 512 and ix is not None and ix.useful and ix.visits < 0.3
+    index_invariants(mem)
+    # restored or rebuilt from a snapshot, the memory indexes itself again
+    copy = Memory.from_config(mem.config, mem.snapshot())
+    assert copy._state.index is not None and copy._state.index.useful
+    np.testing.assert_array_equal(copy.read(clustered[:50]), mem.read(clustered[:50]))
+    # scattered inputs in plain mode: an index would not skip enough, reads scan
+    plain = Memory(32, mode="plain")
+    plain.write(rng.standard_normal((800, 32)).astype(np.float32))
+    assert plain._state.index is not None and not plain._state.index.useful
+
+
+@pytest.mark.parametrize("activation", ["compact"])
+def test_compact_activation_never_builds_an_index(activation):
+    rng = np.random.default_rng(1)
+    mem = Memory(16, mode="plain", activation=activation)
+    mem.write(rng.standard_normal((700, 16)).astype(np.float32))
+    assert mem._state.index is None
