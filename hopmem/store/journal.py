@@ -26,7 +26,7 @@ from ..memory import Memory
 from . import _engine
 from .schema import KIND_COMPRESS, KIND_WRITE
 
-__all__ = ["to_signed64", "to_unsigned64", "vectors_blob", "vectors_from_blob",
+__all__ = ["to_signed64", "to_unsigned64", "le_blob", "vectors_blob", "vectors_from_blob",
            "save_checkpoint", "load_checkpoint", "Rebuilt", "rebuild", "CHECKPOINT_PART_BYTES"]
 
 _MASK64 = (1 << 64) - 1
@@ -40,22 +40,25 @@ def to_signed64(value: int) -> int:
     return value - (1 << 64) if value >= (1 << 63) else value
 
 
-_LE_F32 = np.dtype("<f4")
-
-
 def to_unsigned64(value: int) -> int:
     return int(value) & _MASK64
 
 
-def vectors_blob(X: np.ndarray) -> bytes | memoryview:
-    """Little-endian float32 row-major bytes of a ``(n, d)`` batch.
+def le_blob(a: np.ndarray, dtype: str) -> bytes | memoryview:
+    """The bytes of ``a`` as the little-endian ``dtype``, row-major.
 
-    A view of ``X`` itself when it already is exactly that (the usual case: no
-    copy of a batch's ~150 KB; SQLite copies a bound blob), bytes otherwise.
+    A view of ``a`` itself when it already is exactly that (the usual case: a
+    batch's ~150 KB or a checkpoint's megabytes are not copied here; SQLite
+    copies a bound blob), bytes otherwise.
     """
-    if X.dtype == _LE_F32 and X.flags.c_contiguous:
-        return memoryview(X).cast("B")
-    return np.ascontiguousarray(X, dtype="<f4").tobytes()
+    if a.dtype == np.dtype(dtype) and a.flags.c_contiguous:
+        return memoryview(a).cast("B")
+    return np.ascontiguousarray(a, dtype=dtype).tobytes()
+
+
+def vectors_blob(X: np.ndarray) -> bytes | memoryview:
+    """Little-endian float32 row-major bytes of a ``(n, d)`` batch."""
+    return le_blob(X, "<f4")
 
 
 def vectors_from_blob(blob: bytes, n: int, dim: int, where: str) -> np.ndarray:
@@ -83,10 +86,10 @@ def save_checkpoint(conn: sqlite3.Connection, cid: int, seq: int, snap: Snapshot
     for part, start in enumerate(starts):
         stop = min(size, start + rows_per_part)
         blobs = (
-            np.ascontiguousarray(snap.ids[start:stop], dtype="<i8").tobytes(),
-            np.ascontiguousarray(snap.addresses[start:stop], dtype="<f4").tobytes(),
-            np.ascontiguousarray(snap.counters[start:stop], dtype="<f8").tobytes(),
-            np.ascontiguousarray(snap.weights[start:stop], dtype="<f8").tobytes(),
+            le_blob(snap.ids[start:stop], "<i8"),
+            le_blob(snap.addresses[start:stop], "<f4"),
+            le_blob(snap.counters[start:stop], "<f8"),
+            le_blob(snap.weights[start:stop], "<f8"),
         )
         for b in blobs:
             crc = zlib.crc32(b, crc)
