@@ -78,8 +78,8 @@ cdef extern from "hopmem_kernel.h" nogil:
     int64_t hm_attention(const hm_state *s, const hm_config *c, const float *q, double scale,
                          float *result, int64_t *rows, double *sims, double *weights)
     int64_t hm_index_groups(int64_t rows)
-    int hm_index_build(hm_state *s, int64_t iterations)
-    double hm_index_visits(const hm_state *s, int64_t k, int64_t samples)
+    int hm_index_build(hm_state *s, int64_t iterations, int64_t k, double max_visits,
+                       double *visits)
     void hm_index_refresh(hm_state *s)
     int64_t hm_merge(hm_state *s, int64_t bound, double tau, int64_t *merges,
                      int64_t max_merges)
@@ -180,7 +180,6 @@ cdef void _view_index(index, hm_state *s) except *:
 
 
 INDEX_ITERATIONS = 2    # rounds of spherical k-means when building the location index
-INDEX_SAMPLES = 32      # rows used as queries to judge it
 INDEX_MAX_VISITS = 0.3  # used only if a read would score at most this share of the rows
 INDEX_ENABLED = True    # False: every activation scans (benchmarks compare the two)
 
@@ -210,7 +209,7 @@ def maintain_index(state, k=None, *, groups=None, force=False):
     cdef int64_t rows = state.size, kk
     cdef hm_state s
     cdef int rc
-    cdef int64_t iterations = INDEX_ITERATIONS, samples = INDEX_SAMPLES
+    cdef int64_t iterations = INDEX_ITERATIONS
     cdef double visits = 1.0
     index = state.index
     if state.addresses16 is not None or not INDEX_ENABLED:
@@ -230,10 +229,9 @@ def maintain_index(state, k=None, *, groups=None, force=False):
     state.index = None
     s = _view(state)
     _view_index(fresh, &s)
+    cdef double max_visits = 2.0 if force else INDEX_MAX_VISITS
     with nogil:
-        rc = hm_index_build(&s, iterations)
-        if rc == 0 and s.groups > 0:
-            visits = hm_index_visits(&s, kk, samples)
+        rc = hm_index_build(&s, iterations, kk, max_visits, &visits)
     if rc == 0 and s.groups > 0:
         fresh.visits = visits
         fresh.useful = force or visits <= INDEX_MAX_VISITS

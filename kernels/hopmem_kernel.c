@@ -759,21 +759,21 @@ static void index_assign(hm_state *s, float *S, int64_t chunk) {
     }
 }
 
-int hm_index_build(hm_state *s, int64_t iterations) {
+/* Spherical k-means over s's rows into s->centroids (seeded with evenly
+ * spaced rows unless `seeded`), then every row assigned, radii, members. */
+static int index_fit(hm_state *s, int64_t iterations, int seeded) {
     int64_t G = s->groups, d = s->dim, L = s->size;
-    if (G <= 0 || G > L) { s->groups = 0; return HM_OK; }
     const int64_t chunk = 256;
     float *S = (float *)malloc((size_t)(chunk * G) * sizeof(float));
     double *sum = (double *)malloc((size_t)(G * d) * sizeof(double));
     int64_t *count = (int64_t *)malloc((size_t)G * sizeof(int64_t));
     if (!S || !sum || !count) {
         free(S); free(sum); free(count);
-        s->groups = 0;
         return HM_ERR_NOMEM;
     }
     /* Seeds: evenly spaced rows (rows are in write order, so this spreads them
-     * over time as well), then a few rounds of spherical k-means. */
-    for (int64_t g = 0; g < G; g++) {
+     * over time as well). */
+    for (int64_t g = 0; g < G && !seeded; g++) {
         const float *a = s->addresses + ((g * L) / G) * d;
         for (int64_t i = 0; i < d; i++) sum[g * d + i] = (double)a[i];
         normalize_d(sum + g * d, d);
@@ -800,6 +800,49 @@ int hm_index_build(hm_state *s, int64_t iterations) {
     s->index_stale = 1;
     index_members(s);
     free(S); free(sum); free(count);
+    return HM_OK;
+}
+
+int hm_index_build(hm_state *s, int64_t iterations, int64_t k, double max_visits,
+                   double *visits) {
+    int64_t G = s->groups, d = s->dim, L = s->size;
+    *visits = 1.0;
+    if (G <= 0 || G > L) { s->groups = 0; return HM_OK; }
+    /* The centroids are fitted on a sample of 8 rows a group, which is also
+     * where the index is first judged (k scaled to the sample's density), so
+     * a memory it would not help costs a small fraction of a full build: the
+     * full assignment, L x G dots, only follows a promising judgement. */
+    int64_t ns = 8 * G;
+    if (ns < L) {
+        hm_state t = *s;
+        t.size = t.capacity = ns;
+        t.addresses16 = NULL;
+        float *rows = (float *)malloc((size_t)(ns * d) * sizeof(float));
+        t.group_of = (int32_t *)malloc((size_t)ns * sizeof(int32_t));
+        t.members = (int64_t *)malloc((size_t)ns * sizeof(int64_t));
+        t.start = (int64_t *)malloc((size_t)(G + 1) * sizeof(int64_t));
+        t.radius = (double *)malloc((size_t)G * sizeof(double));
+        int rc = rows && t.group_of && t.members && t.start && t.radius ? HM_OK : HM_ERR_NOMEM;
+        if (rc == HM_OK) {
+            for (int64_t r = 0; r < ns; r++)
+                memcpy(rows + r * d, s->addresses + ((r * L) / ns) * d, (size_t)d * sizeof(float));
+            t.addresses = rows;
+            rc = index_fit(&t, iterations, 0);  /* into s->centroids, shared */
+        }
+        if (rc == HM_OK) {
+            int64_t ks = (k * ns) / L;
+            *visits = hm_index_visits(&t, ks > 1 ? ks : 1, 32);
+        }
+        free(rows); free(t.group_of); free(t.members); free(t.start); free(t.radius);
+        if (rc != HM_OK) { s->groups = 0; return rc; }
+        if (*visits > max_visits) return HM_OK;  /* judged on the sample: not worth it */
+        rc = index_fit(s, 0, 1);
+        if (rc != HM_OK) { s->groups = 0; return rc; }
+    } else {
+        int rc = index_fit(s, iterations, 0);
+        if (rc != HM_OK) { s->groups = 0; return rc; }
+    }
+    *visits = hm_index_visits(s, k, 32);
     return HM_OK;
 }
 
