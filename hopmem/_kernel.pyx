@@ -229,7 +229,7 @@ def maintain_index(state, k=None, *, groups=None, force=False):
     state.index = None
     s = _view(state)
     _view_index(fresh, &s)
-    cdef double max_visits = 2.0 if force else INDEX_MAX_VISITS
+    cdef double max_visits = 1e300 if force else INDEX_MAX_VISITS
     with nogil:
         rc = hm_index_build(&s, iterations, kk, max_visits, &visits)
     if rc == 0 and s.groups > 0:

@@ -681,12 +681,25 @@ static void random_unit(uint64_t *rng, double *out, int64_t dim) {
 
 HM_INLINE double row_distance(const hm_state *s, int64_t row, int64_t g) {
     const float *a = s->addresses + row * s->dim, *c = s->centroids + g * s->dim;
-    double acc = 0.0;
-    for (int64_t i = 0; i < s->dim; i++) {
-        double t = (double)a[i] - (double)c[i];
-        acc += t * t;
+    int64_t i = 0;
+    double tail = 0.0;
+#if defined(__GNUC__)
+    v4d lo = {0}, hi = {0};
+    for (; i + 8 <= s->dim; i += 8) {
+        v4d x = LDF4(a + i) - LDF4(c + i), y = LDF4(a + i + 4) - LDF4(c + i + 4);
+        lo += x * x;
+        hi += y * y;
     }
-    return sqrt(acc);
+#endif
+    for (; i < s->dim; i++) {
+        double t = (double)a[i] - (double)c[i];
+        tail += t * t;
+    }
+#if defined(__GNUC__)
+    return sqrt(lanes_sum(lo, hi, tail));
+#else
+    return sqrt(tail);
+#endif
 }
 
 /* Row's address changed: keep its group's radius an upper bound. */
@@ -698,7 +711,7 @@ HM_INLINE void index_touch(hm_state *s, int64_t row) {
 }
 
 /* New row: it joins the group of its nearest centroid. */
-static void index_add(hm_state *s, int64_t row) {
+HM_INLINE void index_add(hm_state *s, int64_t row) {
     if (s->groups <= 0) return;
     const float *a = s->addresses + row * s->dim;
     int64_t best = 0;
@@ -1045,7 +1058,7 @@ HM_INLINE void heap_push(float *heap, int64_t k, int64_t *n, float v) {
 
 /* Scores of q against the rows the index cannot rule out for the top k (the
  * rest are -inf) into a->scores: see "location index". q is a unit vector. */
-static int64_t index_scan(const hm_state *s, int64_t k, const float *q, act_scratch *a) {
+HM_INLINE int64_t index_scan(const hm_state *s, int64_t k, const float *q, act_scratch *a) {
     int64_t d = s->dim, L = s->size, G = s->groups;
     if (k > L) k = L;
     float *gs = a->vals, *sc = a->scores, *heap = a->top;
@@ -1057,8 +1070,27 @@ static int64_t index_scan(const hm_state *s, int64_t k, const float *q, act_scra
      * hm_score_error of the exact value (|q| = 1, |c|, |a| <= 1) */
     const double slack = 2.0 * hm_score_error(d, 0);
     int64_t have = 0, visited = 0;
+    int judged = 0;
     for (int64_t t = 0; t < G; t++) {
         int64_t g = a->order[t].r;
+        if (have == k && !judged && 8 * visited > L) {
+            /* Once an eighth of the rows are visited, count the rows the
+             * bounds cannot rule out yet; if a streaming scan of all rows is
+             * cheaper than visiting those scattered rows (a query far from
+             * every group, such as a write that will spawn), do that instead.
+             * The result is the same either way: only the cost differs. */
+            judged = 1;
+            int64_t open = 0;
+            for (int64_t u = t; u < G; u++) {
+                int64_t h = a->order[u].r;
+                if (!((double)gs[h] + s->radius[h] + slack < (double)heap[0]))
+                    open += s->start[h + 1] - s->start[h];
+            }
+            if (4 * (visited + open) > L) {  /* a scattered row costs ~4 streamed ones */
+                hm_dots(s->addresses, L, d, q, sc);
+                return visited + L;
+            }
+        }
         if (have == k && (double)gs[g] + s->radius[g] + slack < (double)heap[0]) continue;
         const int64_t *m = s->members + s->start[g], n = s->start[g + 1] - s->start[g];
         int64_t j = 0;
@@ -1084,6 +1116,7 @@ static int64_t index_scan(const hm_state *s, int64_t k, const float *q, act_scra
     return visited;
 }
 
+HM_CLONES
 double hm_index_visits(const hm_state *s, int64_t k, int64_t samples) {
     int64_t L = s->size, d = s->dim;
     if (s->groups <= 0 || L == 0 || samples <= 0) return 1.0;
@@ -1246,10 +1279,13 @@ HM_INLINE void write_competitive(hm_state *s, const hm_config *c, const float *x
         return;
     }
     for (int64_t i = 0; i < d; i++) w->x64[i] = (double)x[i];
-    index_members(s);
     /* The same activation as a read (compact or not, the set is exact); in a
-     * block, from the block's exact scores instead of a scan of its own. */
-    int64_t kk = activate(s, c, x, block_scores(s, w), 0.0, w->rows, w->sims, &w->act);
+     * block, from the block's exact scores instead of a scan of its own
+     * (a block shares one pass over the addresses among 16 writes: cheaper
+     * than the location index whenever inputs are new, and they often are). */
+    const float *scores = block_scores(s, w);
+    if (!scores) index_members(s);  /* the index may serve this activation */
+    int64_t kk = activate(s, c, x, scores, 0.0, w->rows, w->sims, &w->act);
     double s_max = w->sims[0];
     int64_t winner_id = -1;
     if (s_max > HM_TINY) {
@@ -1391,8 +1427,7 @@ int hm_write(hm_state *s, const hm_config *c, const float *X, int64_t m, hm_writ
         w.blk = NULL;
         for (int64_t vi = 0; vi < m;) {
             int64_t nb = m - vi < bsize ? m - vi : bsize;
-            /* (with an index, each write's own pruned activation is cheaper) */
-            if (nb >= 2 && bsize >= 2 && s->size >= HM_WRITE_BLOCK_MIN_ROWS && s->groups <= 0) {
+            if (nb >= 2 && bsize >= 2 && s->size >= HM_WRITE_BLOCK_MIN_ROWS) {
                 blk.L0 = s->size;
                 blk.nb = nb;
                 blk.valid = 1;
