@@ -193,19 +193,42 @@ def refresh_index(state):
         hm_index_refresh(&s)
 
 
-def maintain_index(state, k=None, *, groups=None, force=False):
-    """Build, rebuild or drop the location index for the state's current size.
+def note_change(state):
+    """After rows were added, moved or restored (state exclusively held): mark
+    the location index for building at the next read if one is due.
 
-    Call with the state exclusively held (a write, a merge, a restore): reads
-    only use the index, never change it. Built when the memory reaches
-    hm_index_groups' minimum and rebuilt when it has doubled or halved since;
-    then judged on sample rows used as queries: reads use it only where it
-    skips most of the scan (clustered locations, as competitive writes make;
-    plain memories of scattered inputs usually scan). Never for compact
-    activation (its half scan is another path). The index never changes a
-    result, only which rows an activation scores. ``groups`` and ``force``
-    (tests) build one now with that many groups and use it whatever it costs.
+    Due when the memory reaches hm_index_groups' minimum, and again when it
+    has doubled or halved since the last build. Never for compact activation
+    (its half scan is another path) or with INDEX_ENABLED off. Building waits
+    for a read (see Memory's read paths), so a store's replay on open or a
+    run of writes pays nothing for it.
     """
+    if state.addresses16 is not None or not INDEX_ENABLED:
+        state.index = None
+        state.index_pending = False
+        return
+    cdef int64_t rows = state.size
+    index = state.index
+    if index is None:
+        state.index_pending = hm_index_groups(rows) > 0
+    elif not (index.rows <= 2 * rows and rows <= 2 * index.rows):
+        state.index_pending = True
+
+
+def maintain_index(state, k=None, *, groups=None, force=False):
+    """Build (or rebuild, or drop) the location index now, if one is due.
+
+    Called by the first read after note_change marked it due, under a lock,
+    while the memory's readers-writer lock keeps writers out: the state does
+    not change meanwhile, other readers scan until the new index is published
+    (one assignment). The index is then judged on sample rows used as queries:
+    reads use it only where it skips most of the scan (clustered locations, as
+    competitive writes make; plain memories of scattered inputs usually scan).
+    The index never changes a result, only which rows an activation scores.
+    ``groups`` and ``force`` (tests) build one now with that many groups and
+    use it whatever it costs.
+    """
+    state.index_pending = False
     cdef int64_t rows = state.size, kk
     cdef hm_state s
     cdef int rc
@@ -249,8 +272,10 @@ cdef void _store(state, hm_state *s) except *:
 cdef class KernelConfig:
     """A MemoryConfig converted once to the C struct (reads are called often)."""
     cdef hm_config c
+    cdef readonly object k
 
     def __cinit__(self, cfg):
+        self.k = int(cfg.k)
         self.c.competitive = 1 if cfg.mode == "competitive" else 0
         self.c.k = cfg.k
         self.c.beta = cfg.beta
@@ -316,7 +341,7 @@ def write(state, cfg, const float[:, ::1] X):
             created_out.append(created[i, : n_created[i]].copy())
         merges_out.extend((int(r[1]), int(r[2])) for r in merges[: log.n_merges])
         start += m
-        maintain_index(state, c.k)
+        note_change(state)
     return touched_out, created_out, merges_out
 
 
@@ -501,7 +526,7 @@ def _merge(state, int64_t bound, double tau):
     with nogil:
         count = hm_merge(&s, bound, tau, &m_v[0, 0], cap)
     _store(state, &s)
-    maintain_index(state)
+    note_change(state)
     if count < 0:
         _raise(count, "merge")
     return [(int(r[1]), int(r[2])) for r in merges[:count]]

@@ -99,6 +99,7 @@ class State:
         # does not start from an all-zero state.
         self.rng = (int(seed) * SPLITMIX_GAMMA + 0x2545F4914F6CDD1D) & _MASK64
         self.index: LocationIndex | None = None  # built and kept by the native kernel
+        self.index_pending = False  # an index is due: the next read builds it
 
     @property
     def capacity(self) -> int:
@@ -143,7 +144,9 @@ class State:
     @classmethod
     def from_snapshot(cls, dim: int, snap: Snapshot, compact: bool = False) -> "State":
         n = int(snap.ids.shape[0])
-        state = cls(dim, snap.eta, 0, capacity=max(16, n), compact=compact)
+        # Headroom of an eighth: the first writes after a restore (a reopened
+        # store's replay, say) fit without doubling, and so copying, every array.
+        state = cls(dim, snap.eta, 0, capacity=n + max(16, n // 8), compact=compact)
         state.ids[:n] = snap.ids
         state.addresses[:n] = snap.addresses
         state.counters[:n] = snap.counters

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Literal, Sequence
 
@@ -222,25 +223,44 @@ class _NativeEngine:
         return self._k.write(state, cfg, X)
 
     def state_replaced(self, state: State) -> None:
-        """The state was restored wholesale: rebuild derived data (the location index)."""
-        self._k.maintain_index(state)
+        """The state was restored wholesale: its location index is due again."""
+        self._k.note_change(state)
+
+    def _index(self, state: State, cfg) -> None:
+        """Build the location index the state is due for (the first read after changes).
+
+        Readers hold the memory's shared lock, so no writer runs meanwhile; the
+        lock here keeps concurrent readers from building it twice, and readers
+        that do not wait scan until it is published.
+        """
+        with _INDEX_BUILD:
+            if state.index_pending:
+                self._k.maintain_index(state, cfg.k)
 
     def read(self, state: State, cfg, Q: np.ndarray, strategy: str):
+        if state.index_pending:
+            self._index(state, cfg)
         if Q.shape[0] == 1:
             return self._k.read(state, cfg, Q, strategy == "fast")
         with _blas_threads():
             return self._k.read(state, cfg, Q, strategy == "fast")
 
     def read_one(self, state: State, cfg, q: Any, strategy: str):
+        if state.index_pending:
+            self._index(state, cfg)
         return self._k.read_one(state, cfg, q, strategy == "fast")
 
     def read_results(self, state: State, cfg, Q: np.ndarray, strategy: str):
+        if state.index_pending:
+            self._index(state, cfg)
         if Q.shape[0] == 1:
             return self._k.read_results(state, cfg, Q, strategy == "fast")
         with _blas_threads():
             return self._k.read_results(state, cfg, Q, strategy == "fast")
 
     def attention(self, state, cfg, q, scale):
+        if state.index_pending:
+            self._index(state, cfg)
         return self._k.attention(state, cfg, q, scale)
 
     def merge_closest_until(self, state, bound):
@@ -251,6 +271,7 @@ class _NativeEngine:
 
 
 _BLAS_CONTROLLER = None
+_INDEX_BUILD = threading.Lock()
 
 
 def _blas_threads():

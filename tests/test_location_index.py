@@ -124,19 +124,47 @@ def test_an_index_is_built_used_and_judged_as_the_memory_grows():
                  0.1 * rng.standard_normal((3000, 32))).astype(np.float32)
     mem = Memory(32)
     mem.write(clustered[:100])
-    assert mem._state.index is None  # a small memory scans
+    mem.read(clustered[0])
+    assert mem._state.index is None and not mem._state.index_pending  # a small memory scans
     mem.write(clustered[100:])
+    assert len(mem) >= 512 and mem._state.index is None and mem._state.index_pending
+    mem.read(clustered[0])  # the first read builds it
     ix = mem._state.index
-    assert len(mem) >= 512 and ix is not None and ix.useful and ix.visits < 0.3
+    assert ix is not None and ix.useful and ix.visits < 0.3 and not mem._state.index_pending
     index_invariants(mem)
-    # restored or rebuilt from a snapshot, the memory indexes itself again
+    # restored from a snapshot, the memory indexes itself again at its first read
     copy = Memory.from_config(mem.config, mem.snapshot())
-    assert copy._state.index is not None and copy._state.index.useful
+    assert copy._state.index is None and copy._state.index_pending
     np.testing.assert_array_equal(copy.read(clustered[:50]), mem.read(clustered[:50]))
+    assert copy._state.index is not None and copy._state.index.useful
     # scattered inputs in plain mode: an index would not skip enough, reads scan
     plain = Memory(32, mode="plain")
     plain.write(rng.standard_normal((800, 32)).astype(np.float32))
+    plain.read(clustered[0])
     assert plain._state.index is not None and not plain._state.index.useful
+
+
+def test_readers_racing_to_build_the_index_read_what_a_scan_reads():
+    rng = np.random.default_rng(4)
+    centres = rng.standard_normal((40, 24))
+    X = (centres[rng.integers(0, 40, 2500)] + 0.1 * rng.standard_normal((2500, 24))).astype(np.float32)
+    Q = (centres[rng.integers(0, 40, 64)] + 0.1 * rng.standard_normal((64, 24))).astype(np.float32)
+    mem = Memory(24)
+    mem.write(X)
+    _kernel.INDEX_ENABLED = False
+    try:
+        scan = Memory.from_config(mem.config, mem.snapshot())
+        expected = scan.read(Q)
+    finally:
+        _kernel.INDEX_ENABLED = True
+    assert scan._state.index is None
+    fresh = Memory.from_config(mem.config, mem.snapshot())
+    assert fresh._state.index_pending
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda i: fresh.read(Q[i]), range(64)))
+    np.testing.assert_array_equal(np.stack(got), expected)
+    assert fresh._state.index is not None and fresh._state.index.useful
 
 
 @pytest.mark.parametrize("activation", ["compact"])
