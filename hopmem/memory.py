@@ -235,7 +235,10 @@ class _NativeEngine:
         """
         with _INDEX_BUILD:
             if state.index_pending:
-                self._k.maintain_index(state, cfg.k)
+                try:
+                    self._k.maintain_index(state, cfg.k)
+                except MemoryError:  # derived data: a read never fails for it, it scans
+                    state.index, state.index_pending = None, False
 
     def read(self, state: State, cfg, Q: np.ndarray, strategy: str):
         if state.index_pending:

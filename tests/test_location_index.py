@@ -98,6 +98,9 @@ def test_the_location_index_changes_no_read_and_no_write(plan, config):
             assert (ta.iterations, ta.converged) == (tb.iterations, tb.converged)
         np.testing.assert_array_equal(with_index.read(Q[3], strategy=strategy),
                                       without.read(Q[3], strategy=strategy))
+    a, b = with_index.attention(Q[2], 2.0), without.attention(Q[2], 2.0)
+    np.testing.assert_array_equal(a.activated, b.activated)
+    np.testing.assert_array_equal(a.result, b.result)
 
 
 def test_compress_keeps_the_index_valid():
@@ -173,3 +176,19 @@ def test_compact_activation_never_builds_an_index(activation):
     mem = Memory(16, mode="plain", activation=activation)
     mem.write(rng.standard_normal((700, 16)).astype(np.float32))
     assert mem._state.index is None
+
+
+def test_a_read_never_fails_for_want_of_memory_for_the_index(monkeypatch):
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((700, 16)).astype(np.float32)
+    mem = Memory(16, mode="plain")
+    mem.write(X)
+    assert mem._state.index_pending
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError("test")
+
+    monkeypatch.setattr(_kernel, "maintain_index", no_memory)
+    trace = mem.analyze(X[3])
+    assert mem._state.index is None and not mem._state.index_pending
+    np.testing.assert_array_equal(trace.activated[:1], mem.ids[3:4])
