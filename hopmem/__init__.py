@@ -29,13 +29,13 @@ from .errors import (
     StoreError,
     StoreLocked,
 )
-from .memory import AttentionResult, CompressResult, Memory, Stats, Trace, WriteResult
+from .memory import AttentionResult, CompressResult, Memory, ScoredRead, Stats, Trace, WriteResult
 from .recall import Hit, RecallGate, RecallResult
 from .store import Collection, Database, DataDir, Document, DocumentHit, open
 from .text import TextCollection
 
 __all__ = [
-    "Memory", "MemoryConfig", "Snapshot", "WriteResult", "Trace", "AttentionResult",
+    "Memory", "MemoryConfig", "Snapshot", "WriteResult", "Trace", "ScoredRead", "AttentionResult",
     "Stats", "CompressResult",
     "open", "DataDir", "Database", "Collection", "Document", "DocumentHit",
     "Centerer", "TextCollection", "RecallResult", "RecallGate", "Hit",

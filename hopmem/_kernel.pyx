@@ -410,14 +410,15 @@ def read(state, cfg, const float[:, ::1] Q, bint fast_only):
             for i in range(nq)]
 
 
-def read_one(state, cfg, q, bint fast_only):
+def read_one(state, cfg, q, bint fast_only, bint scores=False):
     """The lean single read behind Memory.read, or None when it does not apply.
 
     Applies to the common query: a 1-D, C-contiguous, aligned, native-order
     float32 array of the memory's dimension with finite values, on a memory
     that is not empty. Anything else returns None and the caller validates and
     reads the general way (so every error is raised there, with its message).
-    Returns the float32 (d,) reconstruction, bit-equal to read_results.
+    Returns the float32 (d,) reconstruction, bit-equal to read_results; with
+    ``scores``, ``(result, fidelity, first_contact)`` bit-equal to read's.
     """
     cdef cnp.ndarray arr
     if type(q) is not np.ndarray:
@@ -439,17 +440,27 @@ def read_one(state, cfg, q, bint fast_only):
     cdef hm_config c = _config(cfg)
     cdef int64_t kmax = min(c.k, s.size), kk
     cdef cnp.ndarray result = cnp.PyArray_EMPTY(1, cnp.PyArray_DIMS(arr), cnp.NPY_FLOAT32, 0)
-    cdef double *scratch = <double *>malloc((3 * kmax + 3) * sizeof(double))
+    cdef float *res = <float *>cnp.PyArray_DATA(result)
+    # scratch: rows (int64), sims, weights [kmax each], then the fast result (d floats)
+    cdef double *scratch = <double *>malloc((3 * kmax + 3) * sizeof(double)
+                                            + (d * sizeof(float) if scores else 0))
     if scratch == NULL:
         raise MemoryError("hopmem kernel: out of memory in read")
+    cdef float *fast = <float *>(scratch + 3 * kmax + 3) if scores else NULL
     cdef int32_t it
     cdef int8_t conv
+    cdef double fidelity = 0.0, first_contact = 0.0
     with nogil:
-        kk = hm_read(&s, &c, x, NULL, 0.0, fast_only, <float *>cnp.PyArray_DATA(result), NULL,
+        kk = hm_read(&s, &c, x, NULL, 0.0, fast_only, res, fast,
                      <int64_t *>scratch, scratch + kmax, scratch + 2 * kmax, &it, &conv)
+        if kk >= 0 and scores:
+            fidelity = hm_cosine(x, res, d)
+            first_contact = hm_cosine(x, fast, d)
     free(scratch)
     if kk < 0:
         _raise(kk, "read")
+    if scores:
+        return result, fidelity, first_contact
     return result
 
 

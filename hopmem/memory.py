@@ -24,7 +24,7 @@ from .config import MemoryConfig
 from .errors import DimensionMismatch, EmptyMemory, InvalidInput
 
 __all__ = [
-    "Memory", "WriteResult", "Trace", "AttentionResult", "Stats", "CompressResult",
+    "Memory", "WriteResult", "Trace", "ScoredRead", "AttentionResult", "Stats", "CompressResult",
     "as_vectors", "Strategy", "top_k_dot", "top_k_cosine",
 ]
 
@@ -66,6 +66,15 @@ class Trace:
     fidelity: float           # cos(query, result)
     first_contact: float      # cos(query, one-step read): what gates calibrate on
     strategy: str = "iterative"
+
+
+@dataclass(frozen=True)
+class ScoredRead:
+    """A read's reconstruction with its two scores: a trace without the activation."""
+
+    result: np.ndarray        # float32 (d,)
+    fidelity: float           # cos(query, result)
+    first_contact: float      # cos(query, one-step read)
 
 
 @dataclass(frozen=True)
@@ -168,7 +177,7 @@ class _ReferenceEngine:
     def may_fail_midway(self, n: int) -> bool:
         return True
 
-    def read_one(self, state, cfg, q, strategy):
+    def read_one(self, state, cfg, q, strategy, scores=False):
         return None  # no lean path: Memory.read takes the general one
 
     def read_results(self, state, cfg, Q, strategy):
@@ -248,10 +257,10 @@ class _NativeEngine:
         with _blas_threads():
             return self._k.read(state, cfg, Q, strategy == "fast")
 
-    def read_one(self, state: State, cfg, q: Any, strategy: str):
+    def read_one(self, state: State, cfg, q: Any, strategy: str, scores: bool = False):
         if state.index_pending:
             self._index(state, cfg)
-        return self._k.read_one(state, cfg, q, strategy == "fast")
+        return self._k.read_one(state, cfg, q, strategy == "fast", scores)
 
     def read_results(self, state: State, cfg, Q: np.ndarray, strategy: str):
         if state.index_pending:
@@ -603,6 +612,27 @@ class Memory:
         """A read with its trace (one Trace, or a list for a batch)."""
         traces, single = self._read_traces(query, strategy)
         return traces[0] if single else traces
+
+    def read_scored(self, query: Any,
+                    strategy: Strategy = "iterative") -> ScoredRead | list[ScoredRead]:
+        """A read with its fidelity and first contact (one, or a list for a batch).
+
+        The same numbers as :meth:`analyze`'s, without the activated set: the
+        common query (one finite float32 vector) takes one kernel call and no
+        trace is built, which is what a server answering reads wants.
+        """
+        self._check_strategy(strategy)
+        lock = self._lock
+        lock.acquire_read()
+        try:
+            out = self._engine.read_one(self._state, self._kcfg, query, strategy, True)
+        finally:
+            lock.release_read()
+        if out is not None:
+            return ScoredRead(*out)
+        traces, single = self._read_traces(query, strategy)
+        scored = [ScoredRead(t.result, t.fidelity, t.first_contact) for t in traces]
+        return scored[0] if single else scored
 
     def attention(self, query: Any, scale: float) -> AttentionResult:
         """Softmax attention over the activated locations.

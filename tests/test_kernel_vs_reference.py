@@ -95,6 +95,12 @@ def assert_reads_agree(native: Memory, reference: Memory, queries: np.ndarray) -
             single = native.analyze(q, strategy)
             np.testing.assert_array_equal(single.result, t.result)
             np.testing.assert_array_equal(single.activated, t.activated)
+            # The lean paths (a contiguous float32 query): read() and read_scored().
+            q32 = np.ascontiguousarray(q, dtype=np.float32)
+            np.testing.assert_array_equal(native.read(q32, strategy), t.result)
+            scored = native.read_scored(q32, strategy)
+            np.testing.assert_array_equal(scored.result, t.result)
+            assert (scored.fidelity, scored.first_contact) == (t.fidelity, t.first_contact)
         np.testing.assert_array_equal(native.read(queries, strategy),
                                       np.stack([t.result for t in batch]))
 

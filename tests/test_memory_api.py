@@ -396,6 +396,35 @@ def test_lean_read_leaves_errors_to_the_general_path():
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_read_scored_is_analyze_without_the_activation(backend):
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((40, 8))
+    mem = Memory(8, k=5, backend=backend)
+    mem.write(X)
+    Q = X[:6] + 0.3 * rng.standard_normal((6, 8))
+    queries = [Q[0].astype(np.float32),  # the lean path
+               Q[1],  # float64: the general path
+               Q[2].astype(np.float32)[::-1].copy()[::-1],  # strided
+               Q[3].tolist(), Q[4].astype(">f4")]
+    for strategy in ("iterative", "fast"):
+        for q in queries:
+            got, want = mem.read_scored(q, strategy), mem.analyze(q, strategy)
+            np.testing.assert_array_equal(got.result, want.result)
+            assert (got.fidelity, got.first_contact) == (want.fidelity, want.first_contact)
+            assert got.result.dtype == np.float32 and type(got.fidelity) is float
+        batch = mem.read_scored(Q, strategy)
+        assert [b.fidelity for b in batch] == [t.fidelity for t in mem.analyze(Q, strategy)]
+    with pytest.raises(InvalidInput, match=r"query\[1\]"):
+        mem.read_scored(np.array([1, np.nan] + [0] * 6, dtype=np.float32))
+    with pytest.raises(DimensionMismatch):
+        mem.read_scored(np.ones(3, dtype=np.float32))
+    with pytest.raises(InvalidInput, match="strategy"):
+        mem.read_scored(Q[0], "exact")
+    with pytest.raises(EmptyMemory):
+        Memory(8, backend=backend).read_scored(np.ones(8, dtype=np.float32))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_reading_an_empty_memory_is_a_typed_error(backend):
     mem = Memory(3, backend=backend)
     for call in (mem.read, mem.analyze, lambda q: mem.attention(q, 1.0)):

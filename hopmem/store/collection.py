@@ -27,6 +27,7 @@ from ..memory import (
     AttentionResult,
     CompressResult,
     Memory,
+    ScoredRead,
     Stats,
     Strategy,
     Trace,
@@ -248,6 +249,11 @@ class Collection:
     def analyze(self, query: Any, strategy: Strategy = "iterative") -> Trace | list[Trace]:
         """See :meth:`Memory.analyze <hopmem.memory.Memory.analyze>`."""
         return self._check_usable().analyze(query, strategy)
+
+    def read_scored(self, query: Any,
+                    strategy: Strategy = "iterative") -> ScoredRead | list[ScoredRead]:
+        """See :meth:`Memory.read_scored <hopmem.memory.Memory.read_scored>`."""
+        return self._check_usable().read_scored(query, strategy)
 
     def attention(self, query: Any, scale: float) -> AttentionResult:
         """See :meth:`Memory.attention <hopmem.memory.Memory.attention>`."""
