@@ -471,19 +471,19 @@ def test_slow_reads_time_out_but_started_writes_finish(tmp_path):
         c.post("/collections/c/write", json={"vectors": unit_rows(2).tolist()})
         handle = app.state.hopmem.dbs["default"]
         coll = handle.collections["c"]
-        real_analyze, real_write = coll.analyze, coll.write
+        real_read, real_write = coll.read_scored, coll.write
         release = threading.Event()
 
-        def slow_analyze(*args, **kw):
+        def slow_read(*args, **kw):
             release.wait(5)
-            return real_analyze(*args, **kw)
+            return real_read(*args, **kw)
 
         def slow_write(*args, **kw):
             time.sleep(0.6)  # longer than the timeout: must still commit and answer 200
             return real_write(*args, **kw)
 
         try:
-            coll.analyze = slow_analyze
+            coll.read_scored = slow_read
             r = c.post("/collections/c/read", json={"query": unit_rows(1)[0].tolist()})
             assert r.status_code == 503 and "timed out" in r.json()["error"]
             assert r.headers.get("retry-after") == "1"
@@ -493,7 +493,7 @@ def test_slow_reads_time_out_but_started_writes_finish(tmp_path):
             assert r.status_code == 200, r.text
         finally:
             release.set()
-            del coll.analyze, coll.write
+            del coll.read_scored, coll.write
         assert c.get("/collections/c/stats").json()["writes"] == 3
 
 
@@ -550,7 +550,9 @@ def _gather_reads(groups, calls):
     import asyncio
 
     async def main():
-        return await asyncio.gather(*(groups.analyze(*c) for c in calls), return_exceptions=True)
+        return await asyncio.gather(*(groups.read(coll, "analyze", q, s, 30.0)
+                                      for coll, q, s in calls),
+                                    return_exceptions=True)
 
     return asyncio.run(main())
 
@@ -595,9 +597,9 @@ def test_read_groups_keep_errors_with_their_read_and_skip_cancelled_reads():
     async def main():
         groups = ReadGroups(executor, parallel=1)
         coll = Coll()
-        first = asyncio.ensure_future(groups.analyze(coll, "block", "fast"))
+        first = asyncio.ensure_future(groups.read(coll, "analyze", "block", "fast", 30.0))
         await asyncio.sleep(0)  # the first group is running; the next reads wait
-        waiting = [asyncio.ensure_future(groups.analyze(coll, q, "fast"))
+        waiting = [asyncio.ensure_future(groups.read(coll, "analyze", q, "fast", 30.0))
                    for q in ("a", "bad", "gone", "b")]
         await asyncio.sleep(0)
         waiting[2].cancel()  # timed out (or the client left) before its group started
@@ -609,6 +611,42 @@ def test_read_groups_keep_errors_with_their_read_and_skip_cancelled_reads():
     assert (block, a, b) == ("BLOCK", "A", "B")
     assert isinstance(bad, ValueError) and isinstance(gone, asyncio.CancelledError)
     assert seen == ["block", "a", "b"]  # the cancelled read never ran
+
+
+def test_read_groups_time_out_reads_and_skip_them_if_not_started():
+    import asyncio
+    import threading
+
+    from hopmem.server.reads import ReadGroups, ReadTimeout
+
+    release = threading.Event()
+    seen = []
+
+    class Coll:
+        def read_scored(self, query, strategy):
+            if query == "block":
+                release.wait(5)
+            seen.append(query)
+            return query
+
+    executor = _CountingExecutor()
+
+    async def main():
+        groups = ReadGroups(executor, parallel=1)
+        coll = Coll()
+        first = asyncio.ensure_future(groups.read(coll, "read_scored", "block", "fast", 0.05))
+        await asyncio.sleep(0)
+        late = asyncio.ensure_future(groups.read(coll, "read_scored", "late", "fast", 0.05))
+        patient = asyncio.ensure_future(groups.read(coll, "read_scored", "ok", "fast", 30.0))
+        done = await asyncio.gather(first, late, return_exceptions=True)
+        release.set()
+        return done, await patient
+
+    (first, late), patient = asyncio.run(main())
+    executor.pool.shutdown()
+    assert isinstance(first, ReadTimeout) and isinstance(late, ReadTimeout)
+    assert patient == "ok"
+    assert seen == ["block", "ok"]  # the read that timed out while queued never ran
 
 
 def test_read_and_analyze_routes_return_memory_analyze_numbers(client):

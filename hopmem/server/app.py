@@ -16,7 +16,6 @@ from typing import Any, AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -40,6 +39,18 @@ def open_datadir(root: str | os.PathLike[str]) -> Any:
     except ImportError as exc:  # pragma: no cover - the store ships with hopmem
         raise RuntimeError(f"hopmem.store is not available: {exc}") from exc
     return DataDir(root)
+
+
+class _App(Starlette):
+    """Starlette with :class:`HotRoutes` in front of its whole middleware stack.
+
+    The hot routes' endpoints turn every exception into a response themselves,
+    so they need none of Starlette's error layers (the outermost of which wraps
+    every ``send``); everything else goes through them as usual.
+    """
+
+    def build_middleware_stack(self) -> Any:
+        return HotRoutes(super().build_middleware_stack(), self.routes)
 
 
 def create_app(
@@ -107,9 +118,8 @@ def create_app(
         return error_response(exc, request.method, request.scope.get("path", ""))
 
     routes = build_routes(handlers)
-    app = Starlette(
+    app = _App(
         routes=routes,
-        middleware=[Middleware(HotRoutes, routes=routes)],
         exception_handlers={HTTPException: http_exception, Exception: server_error},
         lifespan=lifespan,
     )

@@ -204,19 +204,23 @@ def _packer(n: int) -> struct.Struct:
 
 
 def vector(body: dict[str, Any], name: str, dim: int | None) -> np.ndarray:
-    """One vector: a non-empty array of numbers of the database's dimension, as float64.
+    """One vector: a non-empty array of numbers of the database's dimension.
 
     Converted once, here: the library then takes the array as it is instead of
     parsing a list of Python numbers again in a worker thread (where it holds the
-    GIL). float64 keeps what float32 cannot hold (1e39), so the library's own
-    check (finite in float32) reports the value the client sent.
+    GIL). float32, the library's own type, when every value is finite in it (the
+    library's lean read path takes it as it is); float64 otherwise, which keeps
+    what float32 cannot hold (1e39), so the library's own check reports the value
+    the client sent.
     """
     row = field(body, name)
     values = _as_floats(row)
     if values is None:
         values = np.fromiter(_check_numbers(row, name), dtype=np.float64, count=len(row))
     _check_dim(values, dim, name)
-    return values
+    with np.errstate(over="ignore"):
+        narrow = values.astype(np.float32)
+    return narrow if np.isfinite(narrow).all() else values
 
 
 def vectors(body: dict[str, Any], name: str, dim: int | None, max_batch: int) -> list[list]:

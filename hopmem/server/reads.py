@@ -9,8 +9,9 @@ that runs its reads one after another. Under light load a group is a single
 read that starts at once; under load the reads that arrived meanwhile form the
 next group.
 
-Every read is still computed alone (``Collection.analyze`` with one query), so
-its numbers are exactly those of a read on its own, and an error (say, an empty
+Every read is still computed alone (``Collection.analyze`` or
+``Collection.read_scored`` with one query), so its numbers are exactly those of
+a read on its own, and an error (say, an empty
 memory) belongs to its read only. Only the event loop touches this state: no
 locks.
 """
@@ -20,26 +21,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from concurrent.futures import Executor, Future
-from typing import Any
+from typing import Any, Callable
 
-__all__ = ["ReadGroups"]
+__all__ = ["ReadGroups", "ReadTimeout"]
 
-# One queued read: the collection, the query, the strategy, the future awaiting it.
-_Read = tuple[Any, Any, str, asyncio.Future]
+# One queued read: the bound method, the query, the strategy, the future awaiting it.
+_Read = tuple[Callable[[Any, str], Any], Any, str, asyncio.Future]
 
 
 def _run_group(reads: list[_Read]) -> list[tuple[bool, Any]]:
     """In a worker thread: each read's ``(ok, trace or exception)``, in order."""
     out: list[tuple[bool, Any]] = []
-    for coll, query, strategy, future in reads:
+    for method, query, strategy, future in reads:
         if future.done():  # cancelled meanwhile (timed out, client gone): skip the work
             out.append((False, None))
             continue
         try:
-            out.append((True, coll.analyze(query, strategy)))
+            out.append((True, method(query, strategy)))
         except Exception as exc:
             out.append((False, exc))
     return out
+
+
+class ReadTimeout(Exception):
+    """A grouped read did not finish within its time limit."""
+
+
+def _expire(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_exception(ReadTimeout())
 
 
 class _Lane:
@@ -53,7 +63,8 @@ class _Lane:
 
 
 class ReadGroups:
-    """``await analyze(coll, query, strategy)``: a one-query ``Collection.analyze``, grouped."""
+    """``await read(coll, method, query, strategy)``: one query's
+    ``getattr(coll, method)(query, strategy)``, grouped per collection."""
 
     def __init__(self, executor: Executor, parallel: int) -> None:
         if parallel < 1:
@@ -62,18 +73,29 @@ class ReadGroups:
         self._parallel = parallel
         self._lanes: dict[int, _Lane] = {}
 
-    async def analyze(self, coll: Any, query: Any, strategy: str) -> Any:
-        """The trace of one read; cancelling the awaiting task drops the read if not started."""
+    async def read(self, coll: Any, method: str, query: Any, strategy: str,
+                   timeout: float) -> Any:
+        """One read's answer (``method`` is ``"analyze"`` or ``"read_scored"``).
+
+        Raises :class:`ReadTimeout` after ``timeout`` seconds (a timer on the read's
+        future: cheaper than an ``asyncio.timeout`` scope, and the read is then
+        skipped if its group has not reached it). Cancelling the awaiting task
+        drops the read in the same way.
+        """
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         key = id(coll)
         lane = self._lanes.get(key)
         if lane is None:
             lane = self._lanes[key] = _Lane()
-        lane.waiting.append((coll, query, strategy, future))
+        lane.waiting.append((getattr(coll, method), query, strategy, future))
         if lane.running < self._parallel:
             self._start(loop, key, lane)
-        return await future
+        timer = loop.call_later(timeout, _expire, future)
+        try:
+            return await future
+        finally:
+            timer.cancel()
 
     def _start(self, loop: asyncio.AbstractEventLoop, key: int, lane: _Lane) -> None:
         reads = [r for r in lane.waiting if not r[3].done()]

@@ -32,7 +32,7 @@ from hopmem.errors import NotFound
 from .auth import AuthPolicy
 from .errors import HTTPError
 from .models import Limits
-from .reads import ReadGroups
+from .reads import ReadGroups, ReadTimeout
 
 __all__ = ["ServerState", "DbHandle", "DEFAULT_DB", "as_dict"]
 
@@ -123,13 +123,14 @@ class ServerState:
             self._reads = ReadGroups(self.executor, max(1, min(self.threads, cores - 1)))
         return self._reads
 
-    async def analyze(self, coll: Any, query: Any, strategy: str) -> Any:
-        """``coll.analyze(query, strategy)`` for one query, grouped with concurrent reads
-        of the same collection (see :mod:`.reads`), bounded by the request timeout."""
+    async def read(self, coll: Any, method: str, query: Any, strategy: str) -> Any:
+        """``coll.analyze`` or ``coll.read_scored`` (``method``) for one query, grouped with
+        concurrent reads of the same collection (see :mod:`.reads`), bounded by the
+        request timeout."""
         try:
-            async with asyncio.timeout(self.limits.request_timeout):
-                return await self.reads.analyze(coll, query, strategy)
-        except TimeoutError:
+            return await self.reads.read(coll, method, query, strategy,
+                                         self.limits.request_timeout)
+        except ReadTimeout:
             raise self._timed_out() from None
 
     async def run_to_end(self, fn: Callable[..., T], *args: Any) -> T:
