@@ -1197,21 +1197,18 @@ int64_t hm_search_unit(const float *A, const void *half, int64_t n, int64_t dim,
 
 /* ---- writes ------------------------------------------------------------------------ */
 
-#define HM_WRITE_BLOCK 16              /* writes scored together */
+#define HM_WRITE_BLOCK 8               /* writes scored together */
 #define HM_WRITE_BLOCK_MIN_ROWS 64     /* below this a scan is as cheap */
 #define HM_WRITE_BLOCK_ROWS (1 << 18)  /* above this the block's scores take too much memory */
 
 /* A block of a batch's writes scored together (see hm_write): the exact
  * scores of its unit inputs against the rows that existed when it started,
- * and the rows its earlier writes have changed since. */
+ * kept current as its writes change rows (block_touch). */
 typedef struct {
     float *S;            /* [nb * L0]: S[j * L0 + r] = dot(address r, unit input j) */
     float *Q;            /* [nb * dim]: the unit inputs */
     int64_t L0, nb;      /* rows scored; writes in the block */
     int valid;           /* 0 once a merge moved rows (the rest of the block scans) */
-    uint8_t *dirty;      /* [capacity]: row r < L0 changed since the block started */
-    int64_t *dirty_rows; /* [capacity] */
-    int64_t n_dirty;
 } write_block;
 
 typedef struct {
@@ -1225,11 +1222,11 @@ typedef struct {
     int64_t bj;       /* this write's index in the block */
 } write_scratch;
 
-/* This write's scores from its block: the block's scores, with the rows
- * changed or added since the block started scored again against the same
- * unit input. Every score is computed exactly as the scan computes it (same
- * lanes, same order), so the activation is bit-equal to a scan's. NULL when
- * the block no longer applies. */
+/* This write's scores from its block: the block's scores, and the rows
+ * added since the block started scored against the same unit input. Every
+ * score is computed exactly as the scan computes it (same lanes, same order),
+ * so the activation is bit-equal to a scan's. NULL when the block no longer
+ * applies. */
 HM_INLINE const float *block_scores(const hm_state *s, write_scratch *w) {
     write_block *b = w->blk;
     if (!b || !b->valid) return NULL;
@@ -1237,20 +1234,20 @@ HM_INLINE const float *block_scores(const hm_state *s, write_scratch *w) {
     float *sc = w->act.scores;
     const float *qh = b->Q + w->bj * d;
     memcpy(sc, b->S + w->bj * L0, (size_t)L0 * sizeof(float));
-    for (int64_t t = 0; t < b->n_dirty; t++) {
-        int64_t r = b->dirty_rows[t];
-        sc[r] = dot1(s->addresses + r * d, d, qh);
-    }
     for (int64_t r = L0; r < s->size; r++) sc[r] = dot1(s->addresses + r * d, d, qh);
     return sc;
 }
 
-HM_INLINE void block_touch(write_scratch *w, int64_t row) {
+/* A write changed a row's address: score it again for the block's later
+ * inputs now, while the row is in cache (re-scoring the changed rows at each
+ * later write instead reads them back from memory, which cost more than the
+ * block's pass over the whole matrix once the block was large). */
+HM_INLINE void block_touch(const hm_state *s, write_scratch *w, int64_t row) {
     write_block *b = w->blk;
-    if (b && row < b->L0 && !b->dirty[row]) {
-        b->dirty[row] = 1;
-        b->dirty_rows[b->n_dirty++] = row;
-    }
+    if (!b || !b->valid || row >= b->L0) return;
+    int64_t d = s->dim;
+    const float *a = s->addresses + row * d;
+    for (int64_t j = w->bj + 1; j < b->nb; j++) b->S[j * b->L0 + row] = dot1(a, d, b->Q + j * d);
 }
 
 HM_INLINE void block_rows_moved(write_scratch *w) {
@@ -1281,7 +1278,7 @@ HM_INLINE void write_competitive(hm_state *s, const hm_config *c, const float *x
     for (int64_t i = 0; i < d; i++) w->x64[i] = (double)x[i];
     /* The same activation as a read (compact or not, the set is exact); in a
      * block, from the block's exact scores instead of a scan of its own
-     * (a block shares one pass over the addresses among 16 writes: cheaper
+     * (a block shares one pass over the addresses among 8 writes: cheaper
      * than the location index whenever inputs are new, and they often are). */
     const float *scores = block_scores(s, w);
     if (!scores) index_members(s);  /* the index may serve this activation */
@@ -1322,7 +1319,7 @@ HM_INLINE void write_competitive(hm_state *s, const hm_config *c, const float *x
             for (int64_t i = 0; i < d; i++) aj[i] = (float)w->tmp_a[i];
             sync_rows16(s, row, 1);
             index_touch(s, row);
-            block_touch(w, row);
+            block_touch(s, w, row);
             touched[nt++] = s->ids[row];
         }
         double eta = s->eta * c->eta_decay;
@@ -1406,8 +1403,9 @@ int hm_write(hm_state *s, const hm_config *c, const float *X, int64_t m, hm_writ
     /* Writes in blocks: one pass over the address matrix scores a block's
      * inputs together (each block of 4 rows stays in L1 while every input
      * passes over it), instead of one pass per write. A block stops being
-     * used once a merge moves rows, or once its writes have changed more rows
-     * than re-scoring them saves. */
+     * used once a merge moves rows. Keeping its scores current costs up to
+     * k * (block - 1) dot products a write, so a block needs rows enough
+     * for that to stay well under a scan. */
     write_block blk;
     memset(&blk, 0, sizeof blk);
     int64_t bsize = m < HM_WRITE_BLOCK ? m : HM_WRITE_BLOCK;
@@ -1415,9 +1413,7 @@ int hm_write(hm_state *s, const hm_config *c, const float *X, int64_t m, hm_writ
         /* rows only grow during a call (merges move them, not add): capacity bounds L0 */
         blk.S = (float *)malloc((size_t)(bsize * s->capacity) * sizeof(float));
         blk.Q = (float *)malloc((size_t)(bsize * d) * sizeof(float));
-        blk.dirty = (uint8_t *)calloc((size_t)s->capacity, 1);
-        blk.dirty_rows = (int64_t *)malloc((size_t)s->capacity * sizeof(int64_t));
-        if (!(blk.S && blk.Q && blk.dirty && blk.dirty_rows)) bsize = 1;  /* scan instead */
+        if (!(blk.S && blk.Q)) bsize = 1;  /* scan instead */
     } else {
         bsize = 1;
     }
@@ -1427,12 +1423,11 @@ int hm_write(hm_state *s, const hm_config *c, const float *X, int64_t m, hm_writ
         w.blk = NULL;
         for (int64_t vi = 0; vi < m;) {
             int64_t nb = m - vi < bsize ? m - vi : bsize;
-            if (nb >= 2 && bsize >= 2 && s->size >= HM_WRITE_BLOCK_MIN_ROWS) {
+            if (nb >= 2 && bsize >= 2 && s->size >= HM_WRITE_BLOCK_MIN_ROWS
+                    && s->size >= kk * (nb - 1)) {
                 blk.L0 = s->size;
                 blk.nb = nb;
                 blk.valid = 1;
-                for (int64_t t = 0; t < blk.n_dirty; t++) blk.dirty[blk.dirty_rows[t]] = 0;
-                blk.n_dirty = 0;
                 for (int64_t j = 0; j < nb; j++) unit_query(X + (vi + j) * d, d, blk.Q + j * d);
                 hm_dots_batch(s->addresses, blk.L0, d, blk.Q, nb, blk.S);
                 w.blk = &blk;
@@ -1441,12 +1436,11 @@ int hm_write(hm_state *s, const hm_config *c, const float *X, int64_t m, hm_writ
             }
             for (int64_t j = 0; j < nb; j++, vi++) {
                 w.bj = j;
-                if (w.blk && blk.n_dirty * 4 > blk.L0) blk.valid = 0;  /* scanning is cheaper now */
                 write_competitive(s, c, X + vi * d, vi, &w, log);
             }
         }
     }
-    free(blk.S); free(blk.Q); free(blk.dirty); free(blk.dirty_rows);
+    free(blk.S); free(blk.Q);
     act_free(&w.act); free(w.rows); free(w.sims); free(w.tmp_a);
     index_members(s);
     return ok ? HM_OK : HM_ERR_NOMEM;
