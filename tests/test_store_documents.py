@@ -239,6 +239,9 @@ def test_posting_index_build_equals_incremental(docs, merges):
     for d in doc_ids:
         inc.add(d, np.array(uniq[d]))
     inc.merge(pairs)
+    batched = PostingIndex()  # the same documents in one add_many (lists, as the store posts)
+    batched.add_many(doc_ids, [uniq[d] for d in doc_ids])
+    batched.merge(pairs)
     lengths = np.array([len(uniq[d]) for d in doc_ids])
     flat = np.concatenate([uniq[d] for d in doc_ids]).astype(np.int64)
     built = PostingIndex.build(np.array(doc_ids), lengths, flat, np.array(pairs, np.int64))
@@ -250,7 +253,7 @@ def test_posting_index_build_equals_incremental(docs, merges):
     folded.compact(lambda ids: np.ones(len(ids), bool))
     for loc in range(1, 13):
         want = inc.documents(np.array([loc])).tolist()
-        for other in (built, half, folded):
+        for other in (built, half, folded, batched):
             assert other.documents(np.array([loc])).tolist() == want
     assert inc.locations().tolist() == built.locations().tolist() == folded.locations().tolist()
 
