@@ -357,6 +357,10 @@ class ReadSuite(_Filled):
         """64 iterative reads in one call (divide by 64 for the per-query time)."""
         self.mem.read(self.batch, "iterative")
 
+    def time_read_scored(self, cache, d, mode):
+        """An iterative read with its fidelity and first contact (the HTTP read route's call)."""
+        self.mem.read_scored(self.q, "iterative")
+
 
 class QualitySuite(_Filled):
     """Quality of the filled memories (deterministic: one sample is enough)."""
