@@ -339,3 +339,30 @@ def test_a_batch_write_is_the_same_vectors_written_one_at_a_time(plan, overrides
     for name in ("ids", "addresses", "patterns", "weights"):
         np.testing.assert_array_equal(getattr(batched, name), getattr(single, name))
     assert batched.stats() == single.stats()
+
+
+@pytest.mark.parametrize("overrides", [{}, {"tau_split": 0.9, "tau_overload": 3.0}])
+def test_large_memories_write_in_large_blocks_and_stay_bit_equal(overrides):
+    # Past 8 MB of addresses the kernel scores writes 64 at a time (the matrix
+    # no longer fits in cache): the state must still be that of single writes.
+    from hopmem._state import Snapshot
+
+    rng = np.random.default_rng(7)
+    d, L = 1024, 2200  # 9 MB of float32 addresses
+    A = rng.standard_normal((L, d))
+    A /= np.linalg.norm(A, axis=1, keepdims=True)
+    weights = rng.integers(1, 6, L).astype(np.float64)
+    snap = Snapshot(ids=np.arange(L, dtype=np.int64), addresses=A.astype(np.float32),
+                    counters=A * weights[:, None], weights=weights, eta=0.01, writes=int(L),
+                    next_id=L, rng=12345)
+    config = Memory(d, **overrides).config
+    # Inputs near stored rows (they update them) and fresh ones (they spawn).
+    X = np.vstack([A[rng.integers(0, L, 100)] + 0.3 * rng.standard_normal((100, d)) / np.sqrt(d),
+                   rng.standard_normal((40, d))]).astype(np.float32)
+    X = X[rng.permutation(len(X))]
+    batched, single = Memory.from_config(config, snap), Memory.from_config(config, snap)
+    r = batched.write(X)
+    logs_s = [single.write(x) for x in X]
+    assert [t.tolist() for t in r.touched] == [s.touched[0].tolist() for s in logs_s]
+    assert [c.tolist() for c in r.created] == [s.created[0].tolist() for s in logs_s]
+    assert batched.snapshot() == single.snapshot()
