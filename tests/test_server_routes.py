@@ -574,79 +574,80 @@ def test_read_groups_share_worker_hops_and_keep_each_reads_numbers():
         _assert_same_trace(t, mem.analyze(q, s))
 
 
+class _BlockingColl:
+    """A stand-in collection for ReadGroups: the query "block" waits for ``release``,
+    "bad" raises; every read that ran is recorded in ``seen``."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.release = threading.Event()
+        self.seen: list[str] = []
+
+    def _run(self, query: str) -> str:
+        if query == "block":
+            self.release.wait(5)
+        if query == "bad":
+            raise ValueError("bad query")
+        self.seen.append(query)
+        return query
+
+    def analyze(self, query, strategy):
+        return self._run(query).upper()
+
+    def read_scored(self, query, strategy):
+        return self._run(query)
+
+
 def test_read_groups_keep_errors_with_their_read_and_skip_cancelled_reads():
     import asyncio
-    import threading
 
     from hopmem.server.reads import ReadGroups
 
-    release = threading.Event()
-    seen = []
-
-    class Coll:
-        def analyze(self, query, strategy):
-            if query == "block":
-                release.wait(5)
-            if query == "bad":
-                raise ValueError("bad query")
-            seen.append(query)
-            return query.upper()
-
+    coll = _BlockingColl()
     executor = _CountingExecutor()
 
     async def main():
         groups = ReadGroups(executor, parallel=1)
-        coll = Coll()
         first = asyncio.ensure_future(groups.read(coll, "analyze", "block", "fast", 30.0))
         await asyncio.sleep(0)  # the first group is running; the next reads wait
         waiting = [asyncio.ensure_future(groups.read(coll, "analyze", q, "fast", 30.0))
                    for q in ("a", "bad", "gone", "b")]
         await asyncio.sleep(0)
         waiting[2].cancel()  # timed out (or the client left) before its group started
-        release.set()
+        coll.release.set()
         return await asyncio.gather(first, *waiting, return_exceptions=True)
 
     block, a, bad, gone, b = asyncio.run(main())
     executor.pool.shutdown()
     assert (block, a, b) == ("BLOCK", "A", "B")
     assert isinstance(bad, ValueError) and isinstance(gone, asyncio.CancelledError)
-    assert seen == ["block", "a", "b"]  # the cancelled read never ran
+    assert coll.seen == ["block", "a", "b"]  # the cancelled read never ran
 
 
 def test_read_groups_time_out_reads_and_skip_them_if_not_started():
     import asyncio
-    import threading
 
     from hopmem.server.reads import ReadGroups, ReadTimeout
 
-    release = threading.Event()
-    seen = []
-
-    class Coll:
-        def read_scored(self, query, strategy):
-            if query == "block":
-                release.wait(5)
-            seen.append(query)
-            return query
-
+    coll = _BlockingColl()
     executor = _CountingExecutor()
 
     async def main():
         groups = ReadGroups(executor, parallel=1)
-        coll = Coll()
         first = asyncio.ensure_future(groups.read(coll, "read_scored", "block", "fast", 0.05))
         await asyncio.sleep(0)
         late = asyncio.ensure_future(groups.read(coll, "read_scored", "late", "fast", 0.05))
         patient = asyncio.ensure_future(groups.read(coll, "read_scored", "ok", "fast", 30.0))
         done = await asyncio.gather(first, late, return_exceptions=True)
-        release.set()
+        coll.release.set()
         return done, await patient
 
     (first, late), patient = asyncio.run(main())
     executor.pool.shutdown()
     assert isinstance(first, ReadTimeout) and isinstance(late, ReadTimeout)
     assert patient == "ok"
-    assert seen == ["block", "ok"]  # the read that timed out while queued never ran
+    assert coll.seen == ["block", "ok"]  # the read that timed out while queued never ran
 
 
 def test_read_and_analyze_routes_return_memory_analyze_numbers(client):
