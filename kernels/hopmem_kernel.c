@@ -996,6 +996,7 @@ typedef struct {
     float *top;       /* [k] */
     float *qhat;      /* [dim] */
     hm_pair *order;   /* [capacity]: the index's groups by bound */
+    int64_t nvis;     /* index_scan: groups visited (their ids in cand), -1: all rows */
 } act_scratch;
 
 static int act_alloc(act_scratch *a, int64_t rows, int64_t k, int64_t dim) {
@@ -1060,23 +1061,75 @@ HM_INLINE void heap_push(float *heap, int64_t k, int64_t *n, float v) {
     heap[i] = v;
 }
 
-/* Scores of q against the rows the index cannot rule out for the top k (the
- * rest are -inf) into a->scores: see "location index". q is a unit vector. */
+/* Score the rows of group g against q (their scores into a->scores), and
+ * keep the k best scores seen in the min-heap a->top. */
+HM_INLINE void visit_group(const hm_state *s, int64_t g, int64_t k, const float *q,
+                           act_scratch *a, int64_t *have) {
+    int64_t d = s->dim;
+    float *sc = a->scores, *heap = a->top;
+    const int64_t *m = s->members + s->start[g], n = s->start[g + 1] - s->start[g];
+    int64_t j = 0;
+    float four[4];
+    for (; j + 4 <= n; j += 4) {
+        if (j + 8 <= n)  /* the rows are scattered: ask for the next four whole */
+            for (int u = 4; u < 8; u++) {
+                const char *row = (const char *)(s->addresses + m[j + u] * d);
+                for (int64_t b = 0; b < d * (int64_t)sizeof(float); b += 64)
+                    __builtin_prefetch(row + b);
+            }
+        dot4p(s->addresses + m[j] * d, s->addresses + m[j + 1] * d,
+              s->addresses + m[j + 2] * d, s->addresses + m[j + 3] * d, d, q, four, NULL);
+        for (int u = 0; u < 4; u++) { sc[m[j + u]] = four[u]; heap_push(heap, k, have, four[u]); }
+    }
+    for (; j < n; j++) {
+        float v = dot1(s->addresses + m[j] * d, d, q);
+        sc[m[j]] = v;
+        heap_push(heap, k, have, v);
+    }
+}
+
+/* Scores of q against the rows the index cannot rule out for the top k: see
+ * "location index". q is a unit vector. Returns the rows scored. Afterwards
+ * either a->nvis >= 0 and the scored rows are the members of the groups
+ * a->cand[0 .. nvis) (only their entries of a->scores are set), or a->nvis is
+ * -1 and every row was scored (a streaming scan was cheaper).
+ *
+ * Groups are visited from the highest bound down, so that the k-th best
+ * score found rises fast and rules out the most groups. Only the order needs
+ * the bounds sorted, and most groups are ruled out by the first ones
+ * visited, so the best groups are picked one at a time until the heap holds k
+ * scores, and only the groups that its k-th best cannot rule out are sorted. */
 HM_INLINE int64_t index_scan(const hm_state *s, int64_t k, const float *q, act_scratch *a) {
     int64_t d = s->dim, L = s->size, G = s->groups;
     if (k > L) k = L;
-    float *gs = a->vals, *sc = a->scores, *heap = a->top;
+    float *gs = a->vals, *heap = a->top;
+    hm_pair *order = a->order;
     hm_dots(s->centroids, G, d, q, gs);
-    for (int64_t g = 0; g < G; g++) { a->order[g].v = gs[g] + (float)s->radius[g]; a->order[g].r = g; }
-    sort_pairs(a->order, G);
-    for (int64_t r = 0; r < L; r++) sc[r] = -INFINITY;
+    for (int64_t g = 0; g < G; g++) { order[g].v = gs[g] + (float)s->radius[g]; order[g].r = g; }
     /* both the centroid's score and a row's are float32 dots: each within
      * hm_score_error of the exact value (|q| = 1, |c|, |a| <= 1) */
     const double slack = 2.0 * hm_score_error(d, 0);
-    int64_t have = 0, visited = 0;
+    int64_t have = 0, visited = 0, t = 0, end = G;
+    a->nvis = 0;
+    for (; t < G && have < k; t++) {  /* the best remaining group, until k scores */
+        int64_t best = t;
+        for (int64_t u = t + 1; u < G; u++) if (pair_before(order[u], order[best])) best = u;
+        hm_pair tmp = order[t]; order[t] = order[best]; order[best] = tmp;
+        visit_group(s, order[t].r, k, q, a, &have);
+        a->cand[a->nvis++] = order[t].r;
+        visited += s->start[order[t].r + 1] - s->start[order[t].r];
+    }
+    if (have == k) {  /* keep the groups the k-th best cannot rule out, best first */
+        end = t;
+        for (int64_t u = t; u < G; u++) {
+            int64_t h = order[u].r;
+            if (!((double)gs[h] + s->radius[h] + slack < (double)heap[0])) order[end++] = order[u];
+        }
+    }
+    sort_pairs(order + t, end - t);
     int judged = 0;
-    for (int64_t t = 0; t < G; t++) {
-        int64_t g = a->order[t].r;
+    for (; t < end; t++) {
+        int64_t g = order[t].r;
         if (have == k && !judged && 8 * visited > L) {
             /* Once an eighth of the rows are visited, count the rows the
              * bounds cannot rule out yet; if a streaming scan of all rows is
@@ -1085,39 +1138,51 @@ HM_INLINE int64_t index_scan(const hm_state *s, int64_t k, const float *q, act_s
              * The result is the same either way: only the cost differs. */
             judged = 1;
             int64_t open = 0;
-            for (int64_t u = t; u < G; u++) {
-                int64_t h = a->order[u].r;
+            for (int64_t u = t; u < end; u++) {
+                int64_t h = order[u].r;
                 if (!((double)gs[h] + s->radius[h] + slack < (double)heap[0]))
                     open += s->start[h + 1] - s->start[h];
             }
             if (4 * (visited + open) > L) {  /* a scattered row costs ~4 streamed ones */
-                hm_dots(s->addresses, L, d, q, sc);
+                hm_dots(s->addresses, L, d, q, a->scores);
+                a->nvis = -1;
                 return visited + L;
             }
         }
         if (have == k && (double)gs[g] + s->radius[g] + slack < (double)heap[0]) continue;
-        const int64_t *m = s->members + s->start[g], n = s->start[g + 1] - s->start[g];
-        int64_t j = 0;
-        visited += n;
-        float four[4];
-        for (; j + 4 <= n; j += 4) {
-            if (j + 8 <= n)  /* the rows are scattered: ask for the next four whole */
-                for (int u = 4; u < 8; u++) {
-                    const char *row = (const char *)(s->addresses + m[j + u] * d);
-                    for (int64_t b = 0; b < d * (int64_t)sizeof(float); b += 64)
-                        __builtin_prefetch(row + b);
-                }
-            dot4p(s->addresses + m[j] * d, s->addresses + m[j + 1] * d,
-                  s->addresses + m[j + 2] * d, s->addresses + m[j + 3] * d, d, q, four, NULL);
-            for (int u = 0; u < 4; u++) { sc[m[j + u]] = four[u]; heap_push(heap, k, &have, four[u]); }
-        }
-        for (; j < n; j++) {
-            float v = dot1(s->addresses + m[j] * d, d, q);
-            sc[m[j]] = v;
-            heap_push(heap, k, &have, v);
-        }
+        visit_group(s, g, k, q, a, &have);
+        a->cand[a->nvis++] = g;
+        visited += s->start[g + 1] - s->start[g];
     }
     return visited;
+}
+
+/* The k best of the rows index_scan scored (the members of its visited
+ * groups): the same rows, order and values as hm_top_k over all rows with the
+ * others at -inf, without touching the others. Every row in the top k scores
+ * at least the heap's k-th best, so only those are sorted. Returns -2 on a
+ * NaN score (the caller then takes the general path). */
+HM_INLINE int64_t top_k_visited(const hm_state *s, int64_t k, act_scratch *a, int64_t *rows,
+                                float *top) {
+    if (k > s->size) k = s->size;
+    if (k <= 0) return 0;
+    const float *sc = a->scores;
+    float kth = a->top[0];
+    hm_pair *cand = a->order;  /* the groups' order is no longer needed */
+    int64_t nc = 0;
+    for (int64_t t = 0; t < a->nvis; t++) {
+        int64_t g = a->cand[t];
+        for (int64_t j = s->start[g]; j < s->start[g + 1]; j++) {
+            int64_t r = s->members[j];
+            float v = sc[r];
+            if (v != v) return -2;
+            if (v >= kth) { cand[nc].v = v; cand[nc].r = r; nc++; }
+        }
+    }
+    sort_pairs(cand, nc);
+    if (k > nc) k = nc;
+    for (int64_t j = 0; j < k; j++) { rows[j] = cand[j].r; top[j] = cand[j].v; }
+    return k;
 }
 
 HM_CLONES
@@ -1149,6 +1214,12 @@ HM_INLINE int64_t activate(const hm_state *s, const hm_config *c, const float *q
         if (s->groups > 0 && !(c->compact && s->addresses16) && qnorm >= HM_TINY) {
             index_scan(s, c->k, a->qhat, a);  /* exact: the same scores where they matter */
             scores_error = 0.0;
+            int64_t kk = a->nvis >= 0 ? top_k_visited(s, c->k, a, rows, a->top) : -2;
+            if (kk >= 0) {
+                for (int64_t j = 0; j < kk; j++) sims[j] = (double)a->top[j];
+                return kk;
+            }
+            if (a->nvis >= 0) hm_dots(s->addresses, L, d, a->qhat, a->scores);  /* NaN: rescore all */
         } else {
             hm_scan(s, c, a->qhat, 1, a->scores);
             scores_error = (c->compact && s->addresses16) ? hm_score_error(d, 1) : 0.0;
