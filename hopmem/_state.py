@@ -12,10 +12,27 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["State", "Snapshot", "SPLITMIX_GAMMA"]
+__all__ = ["State", "Snapshot", "SPLITMIX_GAMMA", "restore_capacity"]
 
 SPLITMIX_GAMMA = 0x9E3779B97F4A7C15
 _MASK64 = (1 << 64) - 1
+
+
+def restore_capacity(n: int) -> int:
+    """Rows a state restored with ``n`` locations is given: headroom of an
+    eighth, so that the first writes after a restore (a reopened store's
+    replay, say) fit without doubling, and so copying, every array."""
+    return n + max(16, n // 8)
+
+
+def _spare_base(a: np.ndarray, capacity: int) -> np.ndarray | None:
+    """The array ``a`` is the first rows of, when that array has ``capacity`` rows; else None."""
+    b = a.base
+    if (isinstance(b, np.ndarray) and b.base is None and b.dtype == a.dtype and b.ndim == a.ndim
+            and b.shape[0] == capacity and b.shape[1:] == a.shape[1:] and b.flags.c_contiguous
+            and b.flags.writeable and a.ctypes.data == b.ctypes.data):
+        return b
+    return None
 
 
 @dataclass(frozen=True)
@@ -144,22 +161,49 @@ class State:
     @classmethod
     def from_snapshot(cls, dim: int, snap: Snapshot, compact: bool = False) -> "State":
         n = int(snap.ids.shape[0])
-        # Headroom of an eighth: the first writes after a restore (a reopened
-        # store's replay, say) fit without doubling, and so copying, every array.
-        state = cls(dim, snap.eta, 0, capacity=n + max(16, n // 8), compact=compact)
+        state = cls(dim, snap.eta, 0, capacity=restore_capacity(n), compact=compact)
         state.ids[:n] = snap.ids
         state.addresses[:n] = snap.addresses
         state.counters[:n] = snap.counters
         state.weights[:n] = snap.weights
-        state.size = n
-        state.eta = float(snap.eta)
-        state.writes = int(snap.writes)
-        state.next_id = int(snap.next_id)
-        state.rng = int(snap.rng) & _MASK64
-        if state.addresses16 is not None:
-            # IEEE round-to-nearest-even, as the kernel's own conversion.
-            state.addresses16[:n] = snap.addresses.astype(np.float16)
+        state._set_scalars(snap)
         return state
+
+    @classmethod
+    def adopt(cls, dim: int, snap: Snapshot, compact: bool = False) -> "State":
+        """``from_snapshot`` that takes over the snapshot's arrays instead of copying them.
+
+        For a snapshot made to be adopted: each array the first rows of a
+        zero-padded array of ``restore_capacity(n)`` rows (as
+        ``hopmem.store.journal.load_checkpoint`` allocates them). The state
+        then owns that memory, so the snapshot must not be used afterwards.
+        Restoring a large memory is mostly the first touch of its pages (in a
+        VM especially), and this touches them once instead of twice. Any other
+        snapshot is copied, as by ``from_snapshot``.
+        """
+        n = int(snap.ids.shape[0])
+        arrays = (snap.ids, snap.addresses, snap.counters, snap.weights)
+        bases = [_spare_base(a, restore_capacity(n)) for a in arrays]
+        if any(b is None for b in bases):
+            return cls.from_snapshot(dim, snap, compact=compact)
+        state = cls(dim, snap.eta, 0, capacity=1, compact=compact)
+        state.ids, state.addresses, state.counters, state.weights = bases
+        if compact:
+            state.addresses16 = np.zeros((restore_capacity(n), dim), dtype=np.float16)
+        state._set_scalars(snap)
+        return state
+
+    def _set_scalars(self, snap: Snapshot) -> None:
+        """Size, scalars and the half copy from ``snap`` (the arrays already hold its rows)."""
+        n = int(snap.ids.shape[0])
+        self.size = n
+        self.eta = float(snap.eta)
+        self.writes = int(snap.writes)
+        self.next_id = int(snap.next_id)
+        self.rng = int(snap.rng) & _MASK64
+        if self.addresses16 is not None:
+            # IEEE round-to-nearest-even, as the kernel's own conversion.
+            self.addresses16[:n] = snap.addresses.astype(np.float16)
 
     def restore(self, snap: Snapshot) -> None:
         """Overwrite this state in place with a snapshot (used to roll back)."""

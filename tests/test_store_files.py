@@ -182,6 +182,68 @@ def test_damaged_checkpoint_fails_the_crc(tmp_path):
             db.collection("c")
 
 
+def multi_part_db(path, monkeypatch, n=300, d=16):
+    """A database whose checkpoint spans several parts (part size made small)."""
+    from hopmem.store import journal
+    monkeypatch.setattr(journal, "CHECKPOINT_PART_BYTES", 20 * (d * 12 + 16))  # 20 rows a part
+    X = np.random.default_rng(3).standard_normal((n, d)).astype(np.float32)
+    with hopmem.open(path, dim=d, tau_split=0.5) as db:
+        coll = db.collection("c")
+        coll.write(X)
+        coll.checkpoint()
+        return coll.snapshot(), X
+
+
+def test_a_checkpoint_in_many_parts_reopens_bit_exact_and_takes_over_its_arrays(tmp_path, monkeypatch):
+    path = str(tmp_path / "a.hopmem")
+    snap, X = multi_part_db(path, monkeypatch)
+    conn = sqlite3.connect(path)
+    parts = conn.execute("SELECT count(*) FROM checkpoint_parts").fetchone()[0]
+    conn.close()
+    assert parts == -(-len(snap.ids) // 20) > 3
+    with hopmem.open(path) as db:
+        coll = db.collection("c")
+        assert coll.snapshot() == snap
+        state = coll._memory._state
+        # loaded once, into arrays with room to grow: no copy, no doubling on the next writes
+        assert state.capacity > state.size == len(snap.ids)
+        assert not state.addresses[state.size:].any() and not state.counters[state.size:].any()
+        coll.write(X[:5])
+        ref = Memory.from_config(coll.config, snap)
+        ref.write(X[:5])
+        assert coll.snapshot() == ref.snapshot()
+
+
+def test_a_loaded_checkpoint_is_adopted_and_any_other_snapshot_copied(tmp_path, monkeypatch):
+    from hopmem._state import State
+    from hopmem.store import journal
+    path = str(tmp_path / "a.hopmem")
+    snap, _ = multi_part_db(path, monkeypatch)
+    conn = sqlite3.connect(path)
+    seq, loaded = journal.load_checkpoint(conn, 1, 16, "test")
+    conn.close()
+    assert loaded == snap
+    state = State.adopt(16, loaded)
+    for name in ("ids", "addresses", "counters", "weights"):
+        assert np.shares_memory(getattr(state, name), getattr(loaded, name))  # taken over
+    state = State.adopt(16, snap)  # exact-size arrays: copied, the snapshot untouched
+    for name in ("ids", "addresses", "counters", "weights"):
+        assert not np.shares_memory(getattr(state, name), getattr(snap, name))
+    assert state.snapshot() == snap
+
+
+def test_a_missing_middle_part_of_a_checkpoint_is_reported(tmp_path, monkeypatch):
+    path = str(tmp_path / "a.hopmem")
+    multi_part_db(path, monkeypatch)
+    conn = sqlite3.connect(path)
+    conn.execute("DELETE FROM checkpoint_parts WHERE part = 2")
+    conn.commit()
+    conn.close()
+    with hopmem.open(path) as db:
+        with pytest.raises(CorruptStore, match="checkpoint part 2 is missing"):
+            db.collection("c")
+
+
 def test_a_replay_that_diverges_is_reported(tmp_path):
     path = str(tmp_path / "a.hopmem")
     make_db(path, n=10)

@@ -19,11 +19,12 @@ from typing import Any, ContextManager
 
 import numpy as np
 
-from .._state import Snapshot
-from ..memory import CompressResult, Memory, WriteResult
+from .._state import Snapshot, State
+from ..config import MemoryConfig
+from ..memory import CompressResult, Memory, WriteResult, _check_snapshot
 
 __all__ = ["fast_path", "write_lock", "apply_write", "apply_compress", "scalars",
-           "restore_locked", "Scalars"]
+           "restore_locked", "restore_adopting", "Scalars"]
 
 Scalars = tuple[int, int, int, float, int]  # writes, next_id, size, eta, rng
 
@@ -89,3 +90,18 @@ def restore_locked(memory: Memory, snapshot: Snapshot) -> None:
         memory._engine.state_replaced(memory._state)
     else:
         memory.restore(snapshot)
+
+
+def restore_adopting(config: MemoryConfig, snapshot: Snapshot, backend: str = "native") -> Memory:
+    """``Memory.from_config(config, snapshot)`` taking over the snapshot's arrays.
+
+    For a snapshot nothing else holds (a checkpoint just loaded): it must not
+    be used afterwards. Falls back to the public, copying restore.
+    """
+    memory = Memory.from_config(config, backend=backend)  # type: ignore[arg-type]
+    if not fast_path(memory):
+        return Memory.from_config(config, snapshot, backend=backend)  # type: ignore[arg-type]
+    _check_snapshot(config, snapshot)
+    memory._state = State.adopt(config.dim, snapshot, compact=memory._state.addresses16 is not None)
+    memory._engine.state_replaced(memory._state)
+    return memory

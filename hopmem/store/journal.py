@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._state import Snapshot
+from .._state import Snapshot, restore_capacity
 from ..config import MemoryConfig
 from ..errors import CorruptStore
 from ..memory import Memory
@@ -30,8 +30,13 @@ __all__ = ["to_signed64", "to_unsigned64", "le_blob", "vectors_blob", "vectors_f
            "save_checkpoint", "load_checkpoint", "Rebuilt", "rebuild", "CHECKPOINT_PART_BYTES"]
 
 _MASK64 = (1 << 64) - 1
-#: Upper bound of one checkpoint part's bytes (SQLite caps a blob at 1 GB).
-CHECKPOINT_PART_BYTES = 32 << 20
+#: Upper bound of one checkpoint part's bytes. Small parts make loading a
+#: large checkpoint cheap: each part's blobs are freed before the next is
+#: fetched, and blobs this size are recycled by the allocator instead of being
+#: mapped fresh each time (first touches of fresh pages were most of a reopen:
+#: 17,466 locations at d = 384 reopened in 0.08-0.10 s from 1 MB parts, against
+#: 0.18-0.50 s from 32 MB parts). Files with other part sizes load the same.
+CHECKPOINT_PART_BYTES = 1 << 20
 
 
 def to_signed64(value: int) -> int:
@@ -106,7 +111,11 @@ def save_checkpoint(conn: sqlite3.Connection, cid: int, seq: int, snap: Snapshot
 
 def load_checkpoint(conn: sqlite3.Connection, cid: int, dim: int,
                     where: str) -> tuple[int, Snapshot] | None:
-    """The latest checkpoint of ``cid`` as ``(seq, snapshot)``, or None."""
+    """The latest checkpoint of ``cid`` as ``(seq, snapshot)``, or None.
+
+    The snapshot's arrays are the first rows of larger ones, ready for
+    ``State.adopt``; it is a valid snapshot either way.
+    """
     row = conn.execute(
         "SELECT seq, size, eta, writes, next_id, rng, parts, crc FROM checkpoints WHERE cid = ?",
         (cid,)).fetchone()
@@ -115,10 +124,14 @@ def load_checkpoint(conn: sqlite3.Connection, cid: int, dim: int,
     seq, size, eta, writes, next_id, rng, parts, crc_expected = row
     if not 0 <= size < 1 << 40:
         raise CorruptStore(f"{where}: checkpoint records {size} locations")
-    ids = np.empty(size, np.int64)
-    addresses = np.empty((size, dim), np.float32)
-    counters = np.empty((size, dim), np.float64)
-    weights = np.empty(size, np.float64)
+    # Allocated with the headroom a restored state gets, so that the memory can
+    # take these arrays over instead of copying them (State.adopt).
+    cap = restore_capacity(size)
+    ids_c = np.zeros(cap, np.int64)
+    addresses_c = np.zeros((cap, dim), np.float32)
+    counters_c = np.zeros((cap, dim), np.float64)
+    weights_c = np.zeros(cap, np.float64)
+    ids, addresses, counters, weights = ids_c[:size], addresses_c[:size], counters_c[:size], weights_c[:size]
     crc = 0
     count = 0
     at = 0
@@ -188,7 +201,7 @@ def rebuild(conn: sqlite3.Connection, cid: int, config: MemoryConfig, where: str
     else:
         ckpt_seq, snap = loaded
         try:
-            memory = Memory.from_config(config, snap, backend=backend)  # type: ignore[arg-type]
+            memory = _engine.restore_adopting(config, snap, backend)
         except ValueError as exc:
             raise CorruptStore(f"{where}: checkpoint does not fit the config: {exc}") from exc
     seq = ckpt_seq
