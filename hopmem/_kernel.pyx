@@ -64,6 +64,7 @@ cdef extern from "hopmem_kernel.h" nogil:
     void hm_dots_batch(const float *A, int64_t n, int64_t dim, const float *X, int64_t nq,
                        float *out)
     int hm_has_compact()
+    int hm_to_half(const float *x, int64_t n, void *out)
     void hm_scan(const hm_state *s, const hm_config *c, const float *X, int64_t nq, float *out)
     int64_t hm_top_k(const float *values, int64_t n, int64_t k, int64_t *rows, float *top)
     int64_t hm_search_unit(const float *A, const void *half, int64_t n, int64_t dim,
@@ -569,6 +570,26 @@ def all_finite(const float[::1] values):
 def has_compact():
     """Whether this build supports compact (half-precision) activation."""
     return bool(hm_has_compact())
+
+
+def to_half(const float[::1] src, out):
+    """out[:] = src rounded to float16 (as ``src.astype(np.float16)``), vectorised.
+
+    out: a writable C-contiguous float16 array of the same size. Returns False,
+    writing nothing, when this build has no half type (the caller converts).
+    """
+    cdef cnp.ndarray o = out
+    cdef int64_t n = src.shape[0]
+    cdef int rc = 1
+    if (o.dtype.num != cnp.NPY_FLOAT16 or not cnp.PyArray_IS_C_CONTIGUOUS(o)
+            or not o.flags.writeable or cnp.PyArray_SIZE(o) != n):
+        raise ValueError("out: expected a writable C-contiguous float16 array of the source's size")
+    cdef void *op = cnp.PyArray_DATA(o)
+    if n == 0:
+        return True
+    with nogil:
+        rc = hm_to_half(&src[0], n, op)
+    return bool(rc)
 
 
 def dots(const float[:, ::1] A, const float[::1] x):

@@ -27,6 +27,7 @@ from typing import Any, Callable, Literal, Sequence
 import numpy as np
 
 from ._rwlock import RWLock
+from ._state import to_half
 from .errors import EmptyMemory, InvalidInput
 from .memory import Memory, as_vectors, top_k_cosine, top_k_dot
 
@@ -109,7 +110,7 @@ class VectorIndex:
         _unit_rows(vectors, out=vectors)
         index._ids = ids.copy() if ids.size else np.zeros(16, np.int64)
         index._vectors = vectors if ids.size else np.zeros((16, vectors.shape[1]), np.float32)
-        index._half = index._vectors.astype(np.float16)
+        index._half = to_half(index._vectors)
         index._alive = np.ones(max(ids.size, 16), bool)
         index._size = int(ids.size)
         return index
@@ -142,7 +143,7 @@ class VectorIndex:
             s, e = self._size, self._size + ids.size
             self._ids[s:e] = ids
             _unit_rows(vectors, out=self._vectors[s:e])
-            self._half[s:e] = self._vectors[s:e]
+            to_half(self._vectors[s:e], self._half[s:e])
             self._alive[s:e] = True
             self._size = e
 

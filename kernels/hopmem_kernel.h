@@ -95,6 +95,10 @@ void hm_scan(const hm_state *s, const hm_config *c, const float *X, int64_t nq, 
 /* Refresh the half copy of every address row (after a restore). */
 void hm_sync_compact(hm_state *s);
 
+/* out[i] = x[i] as an IEEE half (round to nearest, ties to even) for i < n.
+ * Returns 0, writing nothing, when this build has no half type. */
+int hm_to_half(const float *x, int64_t n, void *out);
+
 /* Rows of the k largest values (ties: lower row first), best first. Returns k' = min(k, n). */
 int64_t hm_top_k(const float *values, int64_t n, int64_t k, int64_t *rows, float *top);
 

@@ -538,3 +538,31 @@ def test_tiny_norm_query_activates_lowest_ids():
     assert native.analyze(q, "fast").activated.tolist() == [1]
     batch = np.stack([q, np.array([0.0, 1.0], np.float32), q * 1e-20])
     assert [t.activated.tolist() for t in native.analyze(batch, "fast")] == [[1], [2], [1]]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(width=32, allow_nan=False), min_size=0, max_size=300),
+       st.sampled_from([(), (1,), (3,)]))
+def test_the_kernel_half_conversion_is_numpys(values, shape):
+    """hopmem._state.to_half (the kernel's vectorised loop) gives NumPy's astype(float16)
+    bits: round to nearest even, subnormal halves, overflow to infinity."""
+    from hopmem._state import to_half
+    x = np.array(values, np.float32)
+    x = np.concatenate([x, np.float32([6.1035156e-05, 5.9604645e-08, 2.9802322e-08, 65504.0,
+                                       65519.996, 65520.0, -0.0, 1e-30, 3e38])])
+    if shape:
+        x = np.resize(x, (shape[0], x.size))
+    with np.errstate(over="ignore"):
+        expected = x.astype(np.float16)
+    out = np.full(x.shape, np.float16(7))
+    assert to_half(x, out) is out
+    np.testing.assert_array_equal(out.view(np.uint16), expected.view(np.uint16))
+    np.testing.assert_array_equal(to_half(x).view(np.uint16), expected.view(np.uint16))
+    direct = np.zeros(x.size, np.float16)  # the kernel's own loop, not NumPy's fallback
+    assert _kernel.to_half(x.reshape(-1), direct) is _kernel.has_compact()
+    if _kernel.has_compact():
+        np.testing.assert_array_equal(direct.view(np.uint16), expected.reshape(-1).view(np.uint16))
+    strided = np.asfortranarray(x) if x.ndim == 2 and x.shape[0] > 1 else x[::-1]
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(to_half(strided).view(np.uint16),
+                                      strided.astype(np.float16).view(np.uint16))

@@ -653,7 +653,7 @@ class Collection:
                     n, blob = conn.execute("SELECT n, vectors FROM journal WHERE jid = ?",
                                            (jid,)).fetchone()
                     X = journal.vectors_from_blob(blob, n, dim, f"{where}: journal row {jid}")
-                    vectors[lo:hi] = X[positions[lo:hi]]
+                    np.take(X, positions[lo:hi], axis=0, out=vectors[lo:hi])
         blobs = [b or b"" for b in columns[3]]
         lengths = np.fromiter(map(len, blobs), np.int64, len(blobs)) // 8
         flat = np.frombuffer(b"".join(blobs), "<i8").astype(np.int64)

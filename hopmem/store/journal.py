@@ -71,7 +71,8 @@ def vectors_from_blob(blob: bytes, n: int, dim: int, where: str) -> np.ndarray:
         got = "nothing" if blob is None else f"{len(blob)} bytes"
         raise CorruptStore(f"{where}: expected {4 * n * dim} bytes of vectors "
                            f"({n} x {dim} float32), got {got}")
-    return np.frombuffer(blob, dtype="<f4").astype(np.float32).reshape(n, dim)
+    # A read-only view of the blob where float32 is little-endian (no copy).
+    return np.frombuffer(blob, dtype="<f4").astype(np.float32, copy=False).reshape(n, dim)
 
 
 # -- checkpoints ------------------------------------------------------------------------------
