@@ -29,6 +29,32 @@ class FakeEncoder:
     fingerprint: str | None = "aaaa1111"
 
 
+def damage(path, *statements):
+    """Change the file behind the store's back, as damage or a foreign writer would:
+    each statement is SQL, or ``(sql, parameters)``."""
+    conn = sqlite3.connect(path)
+    for st in statements:
+        conn.execute(*((st,) if isinstance(st, str) else st))
+    conn.commit()
+    conn.close()
+
+
+def fetch_one(path, sql):
+    """The first value of the first row of a query on the file."""
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(sql).fetchone()[0]
+    finally:
+        conn.close()
+
+
+def assert_open_fails(path, match):
+    """Opening collection "c" reports the damage, naming it."""
+    with hopmem.open(path) as db:
+        with pytest.raises(CorruptStore, match=match):
+            db.collection("c")
+
+
 def make_db(path, n=50, d=8, metadata=True):
     X = np.random.default_rng(0).standard_normal((n, d)).astype(np.float32)
     with hopmem.open(path, dim=d) as db:
@@ -155,31 +181,20 @@ def test_overwritten_pages_are_corrupt(tmp_path):
 def test_flipped_bits_in_journal_vectors_fail_the_crc(tmp_path):
     path = str(tmp_path / "a.hopmem")
     make_db(path, n=10, metadata=False)
-    conn = sqlite3.connect(path)
-    conn.execute("DELETE FROM checkpoints")  # force a replay of the journal
-    conn.execute("DELETE FROM checkpoint_parts")
-    blob = bytearray(conn.execute("SELECT vectors FROM journal WHERE seq = 1").fetchone()[0])
+    blob = bytearray(fetch_one(path, "SELECT vectors FROM journal WHERE seq = 1"))
     blob[17] ^= 0x10
-    conn.execute("UPDATE journal SET vectors = ? WHERE seq = 1", (bytes(blob),))
-    conn.commit()
-    conn.close()
-    with hopmem.open(path) as db:
-        with pytest.raises(CorruptStore, match="journal entry 1 fails its CRC check"):
-            db.collection("c")
+    damage(path, "DELETE FROM checkpoints", "DELETE FROM checkpoint_parts",  # force a replay
+           ("UPDATE journal SET vectors = ? WHERE seq = 1", (bytes(blob),)))
+    assert_open_fails(path, "journal entry 1 fails its CRC check")
 
 
 def test_damaged_checkpoint_fails_the_crc(tmp_path):
     path = str(tmp_path / "a.hopmem")
     make_db(path, n=10)
-    conn = sqlite3.connect(path)
-    blob = bytearray(conn.execute("SELECT counters FROM checkpoint_parts").fetchone()[0])
+    blob = bytearray(fetch_one(path, "SELECT counters FROM checkpoint_parts"))
     blob[3] ^= 0x01
-    conn.execute("UPDATE checkpoint_parts SET counters = ?", (bytes(blob),))
-    conn.commit()
-    conn.close()
-    with hopmem.open(path) as db:
-        with pytest.raises(CorruptStore, match="checkpoint at entry 1 fails its CRC check"):
-            db.collection("c")
+    damage(path, ("UPDATE checkpoint_parts SET counters = ?", (bytes(blob),)))
+    assert_open_fails(path, "checkpoint at entry 1 fails its CRC check")
 
 
 def multi_part_db(path, monkeypatch, n=300, d=16):
@@ -235,27 +250,16 @@ def test_a_loaded_checkpoint_is_adopted_and_any_other_snapshot_copied(tmp_path, 
 def test_a_missing_middle_part_of_a_checkpoint_is_reported(tmp_path, monkeypatch):
     path = str(tmp_path / "a.hopmem")
     multi_part_db(path, monkeypatch)
-    conn = sqlite3.connect(path)
-    conn.execute("DELETE FROM checkpoint_parts WHERE part = 2")
-    conn.commit()
-    conn.close()
-    with hopmem.open(path) as db:
-        with pytest.raises(CorruptStore, match="checkpoint part 2 is missing"):
-            db.collection("c")
+    damage(path, "DELETE FROM checkpoint_parts WHERE part = 2")
+    assert_open_fails(path, "checkpoint part 2 is missing")
 
 
 def test_a_replay_that_diverges_is_reported(tmp_path):
     path = str(tmp_path / "a.hopmem")
     make_db(path, n=10)
-    conn = sqlite3.connect(path)
-    conn.execute("DELETE FROM checkpoints")
-    conn.execute("DELETE FROM checkpoint_parts")
-    conn.execute("UPDATE journal SET size_after = size_after + 1")
-    conn.commit()
-    conn.close()
-    with hopmem.open(path) as db:
-        with pytest.raises(CorruptStore, match="replaying journal entry 1 gave locations"):
-            db.collection("c")
+    damage(path, "DELETE FROM checkpoints", "DELETE FROM checkpoint_parts",
+           "UPDATE journal SET size_after = size_after + 1")
+    assert_open_fails(path, "replaying journal entry 1 gave locations")
 
 
 # -- a second opener ---------------------------------------------------------------------------
