@@ -128,11 +128,10 @@ def load_checkpoint(conn: sqlite3.Connection, cid: int, dim: int,
     # Allocated with the headroom a restored state gets, so that the memory can
     # take these arrays over instead of copying them (State.adopt).
     cap = restore_capacity(size)
-    ids_c = np.zeros(cap, np.int64)
-    addresses_c = np.zeros((cap, dim), np.float32)
-    counters_c = np.zeros((cap, dim), np.float64)
-    weights_c = np.zeros(cap, np.float64)
-    ids, addresses, counters, weights = ids_c[:size], addresses_c[:size], counters_c[:size], weights_c[:size]
+    ids = np.zeros(cap, np.int64)[:size]
+    addresses = np.zeros((cap, dim), np.float32)[:size]
+    counters = np.zeros((cap, dim), np.float64)[:size]
+    weights = np.zeros(cap, np.float64)[:size]
     crc = 0
     count = 0
     at = 0
