@@ -1074,11 +1074,13 @@ HM_INLINE void heap_push(float *heap, int64_t k, int64_t *n, float v) {
     heap[i] = v;
 }
 
-/* Score the rows of group g against q (their scores into a->scores), and
- * keep the k best scores seen in the min-heap a->top. */
-HM_INLINE void visit_group(const hm_state *s, int64_t g, int64_t k, const float *q,
-                           act_scratch *a, int64_t *have) {
+/* Score the rows of group g against q (their scores into a->scores), keep
+ * the k best scores seen in the min-heap a->top, and list g as visited in
+ * a->cand. Returns the group's rows. */
+HM_INLINE int64_t visit_group(const hm_state *s, int64_t g, int64_t k, const float *q,
+                              act_scratch *a, int64_t *have) {
     int64_t d = s->dim;
+    a->cand[a->nvis++] = g;
     float *sc = a->scores, *heap = a->top;
     const int64_t *m = s->members + s->start[g], n = s->start[g + 1] - s->start[g];
     int64_t j = 0;
@@ -1099,6 +1101,7 @@ HM_INLINE void visit_group(const hm_state *s, int64_t g, int64_t k, const float 
         sc[m[j]] = v;
         heap_push(heap, k, have, v);
     }
+    return n;
 }
 
 /* Scores of q against the rows the index cannot rule out for the top k: see
@@ -1128,9 +1131,7 @@ HM_INLINE int64_t index_scan(const hm_state *s, int64_t k, const float *q, act_s
         int64_t best = t;
         for (int64_t u = t + 1; u < G; u++) if (pair_before(order[u], order[best])) best = u;
         hm_pair tmp = order[t]; order[t] = order[best]; order[best] = tmp;
-        visit_group(s, order[t].r, k, q, a, &have);
-        a->cand[a->nvis++] = order[t].r;
-        visited += s->start[order[t].r + 1] - s->start[order[t].r];
+        visited += visit_group(s, order[t].r, k, q, a, &have);
     }
     if (have == k) {  /* keep the groups the k-th best cannot rule out, best first */
         end = t;
@@ -1163,9 +1164,7 @@ HM_INLINE int64_t index_scan(const hm_state *s, int64_t k, const float *q, act_s
             }
         }
         if (have == k && (double)gs[g] + s->radius[g] + slack < (double)heap[0]) continue;
-        visit_group(s, g, k, q, a, &have);
-        a->cand[a->nvis++] = g;
-        visited += s->start[g + 1] - s->start[g];
+        visited += visit_group(s, g, k, q, a, &have);
     }
     return visited;
 }
