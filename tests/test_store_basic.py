@@ -70,6 +70,27 @@ def test_state_round_trip_is_bit_identical_to_a_plain_memory(path):
                                                documents=3 * 37)
 
 
+def test_a_compact_collection_reopens_with_its_half_copy(path):
+    """A checkpoint loaded into a compact memory rebuilds the half copy its reads scan."""
+    X = clustered(300, seed=3)
+    expected = Memory(16, activation="compact", tau_split=0.6)
+    expected.write(X)
+    with hopmem.open(path, dim=16, activation="compact", tau_split=0.6) as db:
+        coll = db.collection("c")
+        coll.write(X)
+        coll.checkpoint()
+    with hopmem.open(path) as db:
+        coll = db.collection("c")
+        state = coll._memory._state
+        assert state.addresses16 is not None
+        np.testing.assert_array_equal(state.addresses16[:state.size],
+                                      state.addresses[:state.size].astype(np.float16))
+        q = clustered(8, seed=4)
+        for strategy in ("iterative", "fast"):
+            np.testing.assert_array_equal(coll.read(q, strategy=strategy),
+                                          expected.read(q, strategy=strategy))
+
+
 def test_reopen_without_any_checkpoint_replays_everything(path):
     with hopmem.open(path, dim=16, checkpoint_every=10**9) as db:
         coll = db.collection("c")
