@@ -87,7 +87,10 @@ class VectorIndex:
         capacity = max(16, int(capacity))
         self._ids = np.zeros(capacity, np.int64)
         self._vectors = np.zeros((capacity, self.dim), np.float32)
-        self._half = np.zeros((capacity, self.dim), np.float16)  # scanned first, see search()
+        # The float16 copy an exact search scans first (see search()): built by the
+        # first exact search, then kept in step; None until then (indexed
+        # queries never need it, and it is half the vectors' memory).
+        self._half: np.ndarray | None = None
         self._alive = np.zeros(capacity, bool)
         self._size = 0
         self._dead = 0
@@ -110,7 +113,7 @@ class VectorIndex:
         _unit_rows(vectors, out=vectors)
         index._ids = ids.copy() if ids.size else np.zeros(16, np.int64)
         index._vectors = vectors if ids.size else np.zeros((16, vectors.shape[1]), np.float32)
-        index._half = to_half(index._vectors)
+        index._half = None
         index._alive = np.ones(max(ids.size, 16), bool)
         index._size = int(ids.size)
         return index
@@ -124,10 +127,12 @@ class VectorIndex:
         n = self._size
         ids, vectors, alive = (np.zeros(new, np.int64), np.zeros((new, self.dim), np.float32),
                                np.zeros(new, bool))
-        half = np.zeros((new, self.dim), np.float16)
         ids[:n], vectors[:n], alive[:n] = self._ids[:n], self._vectors[:n], self._alive[:n]
-        half[:n] = self._half[:n]
-        self._ids, self._vectors, self._alive, self._half = ids, vectors, alive, half
+        if self._half is not None:
+            half = np.zeros((new, self.dim), np.float16)
+            half[:n] = self._half[:n]
+            self._half = half
+        self._ids, self._vectors, self._alive = ids, vectors, alive
 
     def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         """Append documents (ids ascending and above every id already added)."""
@@ -143,9 +148,18 @@ class VectorIndex:
             s, e = self._size, self._size + ids.size
             self._ids[s:e] = ids
             _unit_rows(vectors, out=self._vectors[s:e])
-            to_half(self._vectors[s:e], self._half[s:e])
+            if self._half is not None:
+                to_half(self._vectors[s:e], self._half[s:e])
             self._alive[s:e] = True
             self._size = e
+
+    def _build_half(self) -> None:
+        """The float16 copy of the vectors, once (writers keep it in step after)."""
+        with self._lock.write():
+            if self._half is None:
+                half = np.zeros(self._vectors.shape, np.float16)
+                to_half(self._vectors[: self._size], half[: self._size])
+                self._half = half
 
     def _rows(self, ids: np.ndarray) -> np.ndarray:
         """Rows of the live documents among ``ids`` (unknown or dead ids dropped)."""
@@ -166,7 +180,8 @@ class VectorIndex:
                 return False
             self._alive[rows[0]] = False
             self._vectors[rows[0]] = 0.0
-            self._half[rows[0]] = 0.0
+            if self._half is not None:
+                self._half[rows[0]] = 0.0
             self._dead += 1
             if self._dead > max(1024, self._size // 4):
                 self._compact()
@@ -177,7 +192,8 @@ class VectorIndex:
         n = keep.size
         self._ids[:n] = self._ids[keep]
         self._vectors[:n] = self._vectors[keep]
-        self._half[:n] = self._half[keep]
+        if self._half is not None:
+            self._half[:n] = self._half[keep]
         self._alive[:n] = True
         self._alive[n: self._size] = False
         self._size, self._dead = n, 0
@@ -210,6 +226,8 @@ class VectorIndex:
         With ``candidates`` (document ids), only those are scored.
         """
         q = _unit_rows(np.asarray(query, np.float32).reshape(1, self.dim))
+        if candidates is None and self._half is None:
+            self._build_half()
         with self._lock.read():
             if candidates is None:
                 if self._size == 0 or self._size == self._dead:

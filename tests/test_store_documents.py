@@ -219,6 +219,32 @@ def test_vector_index_compacts_and_keeps_order():
     assert index.alive(np.array([1, 2600, 9999])).tolist() == [False, True, False]
 
 
+def test_the_half_copy_is_built_by_the_first_exact_search_and_kept_in_step():
+    rng = np.random.default_rng(1)
+    V = rng.standard_normal((3000, 8)).astype(np.float32)
+    index = VectorIndex.adopt(np.arange(1, 2001), V[:2000].copy())
+    ids, _ = index.search(V[7], 3, candidates=np.arange(1, 50))  # indexed: no half copy
+    assert ids[0] == 8 and index._half is None
+
+    def in_step():
+        n = index._size
+        np.testing.assert_array_equal(index._half[:n].view(np.uint16),
+                                      index._vectors[:n].astype(np.float16).view(np.uint16))
+
+    assert index.search(V[123], 5)[0][0] == 124  # exact: scans the half copy, built now
+    in_step()
+    index.add(np.arange(2001, 3001), V[2000:])  # grows the arrays past their capacity
+    in_step()
+    for doc in range(1, 1100):
+        index.remove(doc)  # compacts once more than 1,024 are dead
+    assert index.dead < 1099
+    in_step()
+    assert index.search(V[2555], 1)[0][0] == 2556
+    fresh = VectorIndex.adopt(index._ids[:index._size].copy(), index._vectors[:index._size].copy())
+    for q in V[::150]:  # built late or kept in step: the same answers
+        np.testing.assert_array_equal(fresh.search(q, 7)[0], index.search(q, 7)[0])
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.integers(1, 30), st.lists(st.integers(1, 12), min_size=1, max_size=4)),
                 min_size=1, max_size=20),
