@@ -599,7 +599,10 @@ class _BlockingColl:
         return self._run(query)
 
 
-def test_read_groups_keep_errors_with_their_read_and_skip_cancelled_reads():
+def _with_blocked_group(method, body, first_timeout=30.0):
+    """Run ``body(read, first, coll)`` on a ReadGroups of one group at a time whose first
+    read (the query "block", with ``first_timeout``) is running and waiting for
+    ``coll.release``; ``read(query, timeout)`` queues another. Returns what body returns."""
     import asyncio
 
     from hopmem.server.reads import ReadGroups
@@ -609,17 +612,31 @@ def test_read_groups_keep_errors_with_their_read_and_skip_cancelled_reads():
 
     async def main():
         groups = ReadGroups(executor, parallel=1)
-        first = asyncio.ensure_future(groups.read(coll, "analyze", "block", "fast", 30.0))
+
+        def read(query, timeout=30.0):
+            return asyncio.ensure_future(groups.read(coll, method, query, "fast", timeout))
+
+        first = read("block", first_timeout)
         await asyncio.sleep(0)  # the first group is running; the next reads wait
-        waiting = [asyncio.ensure_future(groups.read(coll, "analyze", q, "fast", 30.0))
-                   for q in ("a", "bad", "gone", "b")]
+        return await body(read, first, coll)
+
+    try:
+        return asyncio.run(main()), coll
+    finally:
+        executor.pool.shutdown()
+
+
+def test_read_groups_keep_errors_with_their_read_and_skip_cancelled_reads():
+    import asyncio
+
+    async def body(read, first, coll):
+        waiting = [read(q) for q in ("a", "bad", "gone", "b")]
         await asyncio.sleep(0)
         waiting[2].cancel()  # timed out (or the client left) before its group started
         coll.release.set()
         return await asyncio.gather(first, *waiting, return_exceptions=True)
 
-    block, a, bad, gone, b = asyncio.run(main())
-    executor.pool.shutdown()
+    (block, a, bad, gone, b), coll = _with_blocked_group("analyze", body)
     assert (block, a, b) == ("BLOCK", "A", "B")
     assert isinstance(bad, ValueError) and isinstance(gone, asyncio.CancelledError)
     assert coll.seen == ["block", "a", "b"]  # the cancelled read never ran
@@ -628,23 +645,15 @@ def test_read_groups_keep_errors_with_their_read_and_skip_cancelled_reads():
 def test_read_groups_time_out_reads_and_skip_them_if_not_started():
     import asyncio
 
-    from hopmem.server.reads import ReadGroups, ReadTimeout
+    from hopmem.server.reads import ReadTimeout
 
-    coll = _BlockingColl()
-    executor = _CountingExecutor()
-
-    async def main():
-        groups = ReadGroups(executor, parallel=1)
-        first = asyncio.ensure_future(groups.read(coll, "read_scored", "block", "fast", 0.05))
-        await asyncio.sleep(0)
-        late = asyncio.ensure_future(groups.read(coll, "read_scored", "late", "fast", 0.05))
-        patient = asyncio.ensure_future(groups.read(coll, "read_scored", "ok", "fast", 30.0))
+    async def body(read, first, coll):
+        late, patient = read("late", 0.05), read("ok")
         done = await asyncio.gather(first, late, return_exceptions=True)
         coll.release.set()
         return done, await patient
 
-    (first, late), patient = asyncio.run(main())
-    executor.pool.shutdown()
+    ((first, late), patient), coll = _with_blocked_group("read_scored", body, first_timeout=0.05)
     assert isinstance(first, ReadTimeout) and isinstance(late, ReadTimeout)
     assert patient == "ok"
     assert coll.seen == ["block", "ok"]  # the read that timed out while queued never ran
