@@ -1355,6 +1355,12 @@ HM_INLINE void block_rows_moved(write_scratch *w) {
     if (w->blk) w->blk->valid = 0;
 }
 
+/* Ask for a row of n doubles ahead of its use. */
+HM_INLINE void prefetch_doubles(const double *p, int64_t n) {
+    const char *b = (const char *)p;
+    for (int64_t o = 0; o < n * (int64_t)sizeof(double); o += 64) __builtin_prefetch(b + o);
+}
+
 /* Ask for a location's counters and address ahead of an update. */
 HM_INLINE void prefetch_row(const hm_state *s, int64_t row) {
     const char *cr = (const char *)(s->counters + row * s->dim);
@@ -1557,6 +1563,12 @@ HM_INLINE void softmax_d(const double *x, int64_t n, double beta, double *out) {
     for (int64_t j = 0; j < n; j++) out[j] /= sum;
 }
 
+/* Whether an iterative read takes a location's unit pattern from its address
+ * (a plain-mode location of weight 1: see hm_read) instead of its counters. */
+HM_INLINE int reuses_address(const hm_state *s, const hm_config *c, int64_t row) {
+    return !c->competitive && s->weights[row] == 1.0;
+}
+
 HM_CLONES
 int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const float *dots,
                 double dots_error, int fast_only, float *result, float *fast_result,
@@ -1604,10 +1616,14 @@ int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const flo
     /* Iterative read over the fixed set: unit patterns, state on the sphere.
      * A plain-mode location of weight 1 holds one input x: its address was
      * made as float(normalize(x)), exactly its unit pattern, so it is reused. */
+    /* The counters rows are scattered and, without a fast read-out before,
+     * rarely in cache: the next one streams in while this one is normalised. */
+    if (kk > 0 && !reuses_address(s, c, rows[0])) prefetch_doubles(crows[0], d);
     for (int64_t j = 0; j < kk; j++) {
         int64_t row = rows[j];
         arows[j] = s->addresses + row * d;
-        if (!c->competitive && s->weights[row] == 1.0) {
+        if (j + 1 < kk && !reuses_address(s, c, rows[j + 1])) prefetch_doubles(crows[j + 1], d);
+        if (reuses_address(s, c, row)) {
             units[j] = arows[j];
             continue;
         }
