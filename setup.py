@@ -18,7 +18,8 @@ extensions = [
         "hopmem._kernel",
         sources=["hopmem/_kernel.pyx", "kernels/hopmem_kernel.c"],
         include_dirs=["kernels", np.get_include()],
-        depends=["kernels/hopmem_kernel.h", "kernels/dots16_template.h"],
+        depends=["kernels/hopmem_kernel.h", "kernels/dots16_template.h",
+                 "kernels/rows_dot_template.h"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
         extra_compile_args=compile_args,
     )

@@ -49,6 +49,7 @@ cdef extern from "hopmem_kernel.h" nogil:
         double gamma, tau_damp
         int64_t max_locations
         int compact
+        int64_t iter_copy_max
 
     ctypedef struct hm_write_log:
         int64_t *touched
@@ -183,6 +184,10 @@ cdef void _view_index(index, hm_state *s) except *:
 INDEX_ITERATIONS = 2    # rounds of spherical k-means when building the location index
 INDEX_MAX_VISITS = 0.3  # used only if a read would score at most this share of the rows
 INDEX_ENABLED = True    # False: every activation scans (benchmarks compare the two)
+# An iterative read runs its steps on float64 copies of the k activated rows while
+# k * dim is at most this (128 KiB a copy: in L2), else on the float32 rows. The
+# same bits either way; read when a memory's kernel config is made (tests set 0).
+ITER_COPY_MAX = 16384
 
 
 def refresh_index(state):
@@ -291,6 +296,7 @@ cdef class KernelConfig:
         self.c.tau_damp = cfg.tau_damp
         self.c.max_locations = cfg.max_locations or 0
         self.c.compact = 1 if getattr(cfg, "activation", "exact") == "compact" else 0
+        self.c.iter_copy_max = ITER_COPY_MAX
 
 
 cdef hm_config _config(cfg) except *:

@@ -377,39 +377,25 @@ HM_INLINE double ffdot(const float *a, const float *b, int64_t dim) {
  * loop it replaces (fddot's lanes; j = 0, 1, ... from +0.0), so results are
  * bit-equal to the straightforward code and to each other. */
 
-/* out[j] = fddot(rows[j], x) / norm for j < n (0 everywhere when norm < TINY). */
-HM_INLINE void fddot_rows(const float *const *rows, int64_t n, const double *x, double norm,
-                          int64_t dim, double *out) {
-    int64_t j = 0;
-    if (norm < HM_TINY) {
-        for (; j < n; j++) out[j] = 0.0;
-        return;
-    }
-#if defined(__GNUC__)
-    for (; j + 4 <= n; j += 4) {
-        const float *r0 = rows[j], *r1 = rows[j + 1], *r2 = rows[j + 2], *r3 = rows[j + 3];
-        v4d l0 = {0}, h0 = {0}, l1 = {0}, h1 = {0}, l2 = {0}, h2 = {0}, l3 = {0}, h3 = {0};
-        int64_t i = 0;
-        for (; i + 8 <= dim; i += 8) {
-            v4d xl = LDD(x + i), xh = LDD(x + i + 4);
-            l0 += LDF4(r0 + i) * xl; h0 += LDF4(r0 + i + 4) * xh;
-            l1 += LDF4(r1 + i) * xl; h1 += LDF4(r1 + i + 4) * xh;
-            l2 += LDF4(r2 + i) * xl; h2 += LDF4(r2 + i + 4) * xh;
-            l3 += LDF4(r3 + i) * xl; h3 += LDF4(r3 + i + 4) * xh;
-        }
-        double t0 = 0.0, t1 = 0.0, t2 = 0.0, t3 = 0.0;
-        for (; i < dim; i++) {
-            t0 += (double)r0[i] * x[i]; t1 += (double)r1[i] * x[i];
-            t2 += (double)r2[i] * x[i]; t3 += (double)r3[i] * x[i];
-        }
-        out[j] = lanes_sum(l0, h0, t0) / norm;
-        out[j + 1] = lanes_sum(l1, h1, t1) / norm;
-        out[j + 2] = lanes_sum(l2, h2, t2) / norm;
-        out[j + 3] = lanes_sum(l3, h3, t3) / norm;
-    }
-#endif
-    for (; j < n; j++) out[j] = fddot(rows[j], x, dim) / norm;
-}
+/* fddot_rows over float32 rows, ddot_rows over float64 ones (the same sums). */
+#define HM_ROWS_NAME fddot_rows
+#define HM_ROWS_T float
+#define HM_ROWS_LD4(p) LDF4(p)
+#define HM_ROWS_ONE fddot
+#include "rows_dot_template.h"
+#undef HM_ROWS_NAME
+#undef HM_ROWS_T
+#undef HM_ROWS_LD4
+#undef HM_ROWS_ONE
+#define HM_ROWS_NAME ddot_rows
+#define HM_ROWS_T double
+#define HM_ROWS_LD4(p) LDD(p)
+#define HM_ROWS_ONE ddot
+#include "rows_dot_template.h"
+#undef HM_ROWS_NAME
+#undef HM_ROWS_T
+#undef HM_ROWS_LD4
+#undef HM_ROWS_ONE
 
 /* y[i] = sum_j w[j] * u_j[i] (u_j float32), each y[i] summed in j order from
  * +0.0, as zeroing y and adding one row after another would. */
@@ -1581,17 +1567,30 @@ int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const flo
     /* Float64: the fast result, the state and the next state [d each], the
      * iteration's similarities and the read-out factors [k each]. */
     double *buf = (double *)malloc((3 * (size_t)d + 2 * kp) * sizeof(double));
-    /* Unit patterns in float32: half the bytes per iteration of float64 ones,
-     * which matters when k is large (the state still accumulates in float64). */
-    float *own_units = (float *)malloc(kp * (size_t)d * sizeof(float));
+    /* The iterations read every activated row (address and unit pattern) at
+     * each step. While float64 copies of them fit in L2 they run on copies
+     * made once: an iteration at k = 20, d = 384 took 1.6 us on them against
+     * 3.3 us on float32 rows, which widen every value at every step. Above
+     * that they read float32 rows (half the bytes: float64 copies that
+     * spilled to memory were twice as slow at k = 10,000). A float widens to
+     * double exactly, so both ways give the same bits. */
+    int copies = (int64_t)kp * d <= c->iter_copy_max;
+    float *own_units = copies ? NULL : (float *)malloc(kp * (size_t)d * sizeof(float));
+    double *own64 = copies ? (double *)malloc(2 * kp * (size_t)d * sizeof(double)) : NULL;
     const float **units = (const float **)malloc(2 * kp * sizeof(float *));
+    const double **units64 = (const double **)malloc(2 * kp * sizeof(double *));
     const double **crows = (const double **)malloc(kp * sizeof(double *));
-    int ok = act_alloc(&a, s->size, kmax, d) && buf && own_units && units && crows;
+    int ok = act_alloc(&a, s->size, kmax, d) && buf && (own_units || own64) && units && units64
+             && crows;
     int64_t kk = ok ? activate(s, c, q, dots, dots_error, rows, sims, &a) : HM_ERR_NOMEM;
     act_free(&a);
-    if (kk < 0) { free(buf); free(own_units); free(units); free(crows); return kk; }
+    if (kk < 0) {
+        free(buf); free(own_units); free(own64); free(units); free(units64); free(crows);
+        return kk;
+    }
     double *acc = buf, *xi = acc + d, *nxt = xi + d, *s_it = nxt + d, *f = s_it + kp;
-    const float **arows = units + kp;   /* the activated addresses */
+    const float **arows = units + kp;        /* the activated addresses */
+    const double **arows64 = units64 + kp;   /* ... and their float64 copies */
 
     /* Fast read: softmax over the initial similarities, raw patterns. An
      * iterative read that does not want it (fast_result NULL) skips the
@@ -1609,7 +1608,7 @@ int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const flo
         if (fast_result) memcpy(result, fast_result, (size_t)d * sizeof(float));
         *iterations = 1;
         *converged = 1;
-        free(buf); free(own_units); free(units); free(crows);
+        free(buf); free(own_units); free(own64); free(units); free(units64); free(crows);
         return kk;
     }
 
@@ -1622,18 +1621,31 @@ int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const flo
     for (int64_t j = 0; j < kk; j++) {
         int64_t row = rows[j];
         arows[j] = s->addresses + row * d;
+        if (copies) {
+            double *a64 = own64 + (kp + (size_t)j) * d;
+            for (int64_t i = 0; i < d; i++) a64[i] = (double)arows[j][i];
+            arows64[j] = a64;
+        }
         if (j + 1 < kk && !reuses_address(s, c, rows[j + 1])) prefetch_doubles(crows[j + 1], d);
         if (reuses_address(s, c, row)) {
-            units[j] = arows[j];
+            if (copies) units64[j] = arows64[j];
+            else units[j] = arows[j];
             continue;
         }
         const double *cj = crows[j];
         double norm = sqrt(ddot(cj, cj, d));  /* as normalize_d, without the copy */
-        float *u = own_units + j * d;
         double inv = 1.0 / norm;  /* as normalize_d */
-        if (norm >= HM_TINY) for (int64_t i = 0; i < d; i++) u[i] = (float)(cj[i] * inv);
-        else for (int64_t i = 0; i < d; i++) u[i] = (float)cj[i];
-        units[j] = u;
+        if (copies) {  /* the float32 unit pattern, widened */
+            double *u = own64 + (size_t)j * d;
+            if (norm >= HM_TINY) for (int64_t i = 0; i < d; i++) u[i] = (float)(cj[i] * inv);
+            else for (int64_t i = 0; i < d; i++) u[i] = (float)cj[i];
+            units64[j] = u;
+        } else {
+            float *u = own_units + (size_t)j * d;
+            if (norm >= HM_TINY) for (int64_t i = 0; i < d; i++) u[i] = (float)(cj[i] * inv);
+            else for (int64_t i = 0; i < d; i++) u[i] = (float)cj[i];
+            units[j] = u;
+        }
     }
     for (int64_t i = 0; i < d; i++) xi[i] = (double)q[i];
     normalize_d(xi, d);
@@ -1641,9 +1653,12 @@ int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const flo
     int8_t conv = 0;
     while (it < c->t_max) {
         it++;
-        fddot_rows(arows, kk, xi, sqrt(ddot(xi, xi, d)), d, s_it);
+        double norm = sqrt(ddot(xi, xi, d));
+        if (copies) ddot_rows(arows64, kk, xi, norm, d, s_it);
+        else fddot_rows(arows, kk, xi, norm, d, s_it);
         softmax_d(s_it, kk, c->beta, weights);
-        combine_f(nxt, weights, units, kk, d);
+        if (copies) combine_d(nxt, weights, units64, kk, d);
+        else combine_f(nxt, weights, units, kk, d);
         normalize_d(nxt, d);
         conv = cos_d(xi, nxt, d) > 1.0 - c->epsilon;
         double *t = xi; xi = nxt; nxt = t;
@@ -1652,7 +1667,7 @@ int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const flo
     for (int64_t i = 0; i < d; i++) result[i] = (float)xi[i];
     *iterations = it;
     *converged = conv;
-    free(buf); free(own_units); free(units); free(crows);
+    free(buf); free(own_units); free(own64); free(units); free(units64); free(crows);
     return kk;
 }
 

@@ -65,6 +65,7 @@ typedef struct {
     double gamma, tau_damp;
     int64_t max_locations;  /* 0: unbounded */
     int compact;            /* 1: reads scan the half copy, then re-score candidates exactly */
+    int64_t iter_copy_max;  /* iterations run on float64 copies of the k rows while k * dim <= this */
 } hm_config;
 
 typedef struct {

@@ -482,6 +482,55 @@ def test_generated_workloads_agree(case):
     np.testing.assert_array_equal(native.read(Q), native.read(given_Q))
 
 
+def with_iterations_in_place(memory: Memory) -> Memory:
+    """A copy of ``memory`` whose iterative reads step on the float32 rows in place
+    (``_kernel.ITER_COPY_MAX = 0``) instead of float64 copies of them."""
+    limit = _kernel.ITER_COPY_MAX
+    _kernel.ITER_COPY_MAX = 0
+    try:
+        return Memory.from_config(memory.config, memory.snapshot())
+    finally:
+        _kernel.ITER_COPY_MAX = limit
+
+
+def assert_bit_equal_traces(tn, tr) -> None:
+    for a, b in zip(tn, tr, strict=True):
+        np.testing.assert_array_equal(a.activated, b.activated)
+        np.testing.assert_array_equal(a.weights, b.weights)
+        np.testing.assert_array_equal(a.result, b.result)
+        assert (a.iterations, a.converged, a.fidelity) == (b.iterations, b.converged, b.fidelity)
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(workloads())
+def test_iterations_on_float64_copies_are_bit_equal_to_float32_rows(case):
+    dim, cfg, X, Q, _, _ = case
+    copies = Memory(dim, backend="native", **cfg)  # k * dim is far below the limit here
+    copies.write(X)
+    in_place = with_iterations_in_place(copies)
+    assert_bit_equal_traces(copies.analyze(Q, "iterative"), in_place.analyze(Q, "iterative"))
+    np.testing.assert_array_equal(copies.read(Q), in_place.read(Q))
+
+
+@pytest.mark.parametrize("mode", ["competitive", "plain"])
+def test_iterations_on_float64_copies_at_full_width(mode):
+    # d = 384, k = 20: the vector loops run dozens of times, and plain mode
+    # with merges mixes locations that reuse their address with ones that do not.
+    rng = np.random.default_rng(11)
+    X = clustered(rng, 600, 384, centers=30)
+    copies = Memory(384, mode=mode, k=20, beta=8.0)
+    copies.write(X)
+    if mode == "plain":
+        copies.compress(560)  # merged locations hold several inputs
+    assert 20 * 384 <= _kernel.ITER_COPY_MAX
+    in_place = with_iterations_in_place(copies)
+    Q = X[:64] + 0.3 * rng.standard_normal((64, 384)).astype(np.float32)
+    assert_bit_equal_traces(copies.analyze(Q, "iterative"), in_place.analyze(Q, "iterative"))
+    if mode == "plain":
+        assert (copies.weights != 1.0).any() and (copies.weights == 1.0).any()
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.sampled_from(LAYOUTS), st.integers(0, 2**32 - 1), st.sampled_from([1, 3, 17]),
        st.floats(-0.5, 4.0))
