@@ -9,6 +9,7 @@ WRITE_CHUNK: int
 INDEX_ITERATIONS: int
 INDEX_MAX_VISITS: float
 INDEX_ENABLED: bool
+ITER_COPY_MAX: int
 
 class KernelConfig:
     k: int
