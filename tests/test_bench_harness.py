@@ -28,3 +28,18 @@ def test_rewind_gives_the_snapshot_back_bit_for_bit(backend, config):
         assert not rw.matches_snapshot()  # the write changed something...
         rw.rewind()
         assert rw.matches_snapshot()      # ...and the rewind undid all of it
+
+
+def test_the_store_bench_reopens_in_fresh_processes(tmp_path):
+    # benchmarks/store_bench.py times a restart in a fresh interpreter: the child
+    # must find the file's collection, read, query its documents and report.
+    import hopmem
+    from benchmarks.store_bench import fresh_reopen
+
+    path = str(tmp_path / "small.hopmem")
+    with hopmem.open(path, dim=16) as db:
+        db.collection("big").write(clustered(np.random.default_rng(5), 40, 16),
+                                   metadata=[{"i": i} for i in range(40)])
+    times = fresh_reopen(path, "big", 16, runs=2)
+    assert set(times) == {"reopen", "read", "query"}
+    assert all(0.0 < t < 60.0 for t in times.values())
