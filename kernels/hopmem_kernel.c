@@ -1332,9 +1332,17 @@ HM_INLINE const float *block_scores(const hm_state *s, write_scratch *w) {
 HM_INLINE void block_touch(const hm_state *s, write_scratch *w, int64_t row) {
     write_block *b = w->blk;
     if (!b || !b->valid || row >= b->L0) return;
-    int64_t d = s->dim;
+    int64_t d = s->dim, j = w->bj + 1;
     const float *a = s->addresses + row * d;
-    for (int64_t j = w->bj + 1; j < b->nb; j++) b->S[j * b->L0 + row] = dot1(a, d, b->Q + j * d);
+    /* Four later inputs at a time (one dot1 is a chain of dependent adds):
+     * dot4's lanes and order are dot1's, and q * a is a * q, so each score is
+     * bit-equal to dot1(a, d, q). */
+    float four[4];
+    for (; j + 4 <= b->nb; j += 4) {
+        dot4(b->Q + j * d, d, a, four, NULL);
+        for (int u = 0; u < 4; u++) b->S[(j + u) * b->L0 + row] = four[u];
+    }
+    for (; j < b->nb; j++) b->S[j * b->L0 + row] = dot1(a, d, b->Q + j * d);
 }
 
 HM_INLINE void block_rows_moved(write_scratch *w) {
