@@ -463,6 +463,18 @@ HM_INLINE double normalize_d(double *v, int64_t dim) {
     return norm;
 }
 
+/* out = float(v / |v|) (float(v) when |v| < TINY): normalize_d then a cast to
+ * float32, bit for bit, in one pass over v instead of two. */
+HM_INLINE void normalize_to_float(const double *v, int64_t dim, float *out) {
+    double norm = sqrt(ddot(v, v, dim));
+    if (norm >= HM_TINY) {
+        double inv = 1.0 / norm;
+        for (int64_t i = 0; i < dim; i++) out[i] = (float)(v[i] * inv);
+    } else {
+        for (int64_t i = 0; i < dim; i++) out[i] = (float)v[i];
+    }
+}
+
 HM_INLINE double cos_d(const double *a, const double *b, int64_t dim) {
     double na = sqrt(ddot(a, a, dim)), nb = sqrt(ddot(b, b, dim));
     if (na < HM_TINY || nb < HM_TINY) return 0.0;
@@ -1416,8 +1428,7 @@ HM_INLINE void write_competitive(hm_state *s, const hm_config *c, const float *x
                 w->tmp_a[i] = a + rate * (w->x64[i] - a);
             }
             s->weights[row] += wj;
-            normalize_d(w->tmp_a, d);
-            for (int64_t i = 0; i < d; i++) aj[i] = (float)w->tmp_a[i];
+            normalize_to_float(w->tmp_a, d, aj);
             sync_rows16(s, row, 1);
             index_touch(s, row);
             block_touch(s, w, row);
