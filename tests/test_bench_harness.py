@@ -43,3 +43,14 @@ def test_the_store_bench_reopens_in_fresh_processes(tmp_path):
     times = fresh_reopen(path, "big", 16, runs=2)
     assert set(times) == {"reopen", "read", "query"}
     assert all(0.0 < t < 60.0 for t in times.values())
+
+
+def test_the_kernel_ab_runs_a_build_against_itself(capsys):
+    # benchmarks/ab_kernel.py imports another build of the kernel beside this
+    # one; here the other build is this very file, so every result must agree.
+    from hopmem import _kernel
+    from benchmarks import ab_kernel
+
+    ab_kernel.main([_kernel.__file__, "--rounds", "1", "--only", "writes"])
+    out = capsys.readouterr().out
+    assert "write, batch of 100 (d 384, competitive)" in out
