@@ -118,22 +118,21 @@ def ab_reads(old: Any, tally: Tally, rounds: int) -> None:
             state, cfg = mem._state, mem.config
             probes = np.ascontiguousarray(w.probes, dtype=np.float32)
             blocks = [probes[i:i + 64] for i in range(0, len(probes) - 63, 64)]
+
+            def same_reads(what: str, call: Callable[[Any], Any], flip: bool) -> None:
+                old_s, new_s, ro, rn = paired(lambda: call(old), lambda: call(new_kernel), flip)
+                if not np.array_equal(ro, rn):
+                    raise SystemExit(f"{what} differs between the builds")
+                tally.add(what, old_s, new_s)
+
             for r in range(rounds):
                 for fast, name in ((False, "iterative"), (True, "fast")):
                     for i, q in enumerate(probes):
-                        old_s, new_s, ro, rn = paired(lambda: old.read_one(state, cfg, q, fast),
-                                                      lambda: new_kernel.read_one(state, cfg, q, fast),
-                                                      (i + r) % 2 == 1)
-                        if not np.array_equal(ro, rn):
-                            raise SystemExit(f"read {name} differs at d {d}, {mode}")
-                        tally.add(f"read {name} (d {d}, {mode})", old_s, new_s)
+                        same_reads(f"read {name} (d {d}, {mode})",
+                                   lambda k: k.read_one(state, cfg, q, fast), (i + r) % 2 == 1)
                 for i, Q in enumerate(blocks):
-                    old_s, new_s, ro, rn = paired(lambda: old.read_results(state, cfg, Q, False),
-                                                  lambda: new_kernel.read_results(state, cfg, Q, False),
-                                                  (i + r) % 2 == 1)
-                    if not np.array_equal(ro, rn):
-                        raise SystemExit(f"batched read differs at d {d}, {mode}")
-                    tally.add(f"read, batch of 64 per call (d {d}, {mode})", old_s, new_s)
+                    same_reads(f"read, batch of 64 per call (d {d}, {mode})",
+                               lambda k: k.read_results(state, cfg, Q, False), (i + r) % 2 == 1)
 
 
 def main(argv: list[str] | None = None) -> None:

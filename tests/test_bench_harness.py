@@ -51,6 +51,7 @@ def test_the_kernel_ab_runs_a_build_against_itself(capsys):
     from hopmem import _kernel
     from benchmarks import ab_kernel
 
-    ab_kernel.main([_kernel.__file__, "--rounds", "1", "--only", "writes"])
+    ab_kernel.main([_kernel.__file__, "--rounds", "1"])
     out = capsys.readouterr().out
     assert "write, batch of 100 (d 384, competitive)" in out
+    assert "read, batch of 64 per call (d 128, plain)" in out
