@@ -1010,20 +1010,26 @@ typedef struct {
     int64_t nvis;     /* index_scan: groups visited (their ids in cand), -1: all rows */
 } act_scratch;
 
+/* One allocation carved into the buffers (a read is called often: six
+ * allocations cost as much as a short read's arithmetic), 8-byte members first. */
 static int act_alloc(act_scratch *a, int64_t rows, int64_t k, int64_t dim) {
     size_t n = (size_t)(rows > 0 ? rows : 1), kk = (size_t)(k > 0 ? k : 1);
-    a->scores = (float *)malloc(n * sizeof(float));
-    a->cand = (int64_t *)malloc(n * sizeof(int64_t));
-    a->vals = (float *)malloc(n * sizeof(float));
-    a->top = (float *)malloc(kk * sizeof(float));
-    a->qhat = (float *)malloc((size_t)dim * sizeof(float));
-    a->order = (hm_pair *)malloc(n * sizeof(hm_pair));
-    return a->scores && a->cand && a->vals && a->top && a->qhat && a->order;
+    char *block = (char *)malloc(n * (sizeof(hm_pair) + sizeof(int64_t) + 2 * sizeof(float))
+                                 + (kk + (size_t)dim) * sizeof(float));
+    if (!block) {
+        memset(a, 0, sizeof *a);
+        return 0;
+    }
+    a->order = (hm_pair *)block;
+    a->cand = (int64_t *)(a->order + n);
+    a->scores = (float *)(a->cand + n);
+    a->vals = a->scores + n;
+    a->top = a->vals + n;
+    a->qhat = a->top + kk;
+    return 1;
 }
 
-static void act_free(act_scratch *a) {
-    free(a->scores); free(a->cand); free(a->vals); free(a->top); free(a->qhat); free(a->order);
-}
+static void act_free(act_scratch *a) { free(a->order); }
 
 /* out = q / |q| rounded to float32 (zeros when |q| < TINY); returns |q|.
  * Scores against a unit query are cosines in [-1, 1]: no float32 overflow
@@ -1583,9 +1589,6 @@ int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const flo
     int64_t kmax = c->k < s->size ? c->k : s->size;
     act_scratch a;
     size_t kp = (size_t)(kmax > 0 ? kmax : 1);
-    /* Float64: the fast result, the state and the next state [d each], the
-     * iteration's similarities and the read-out factors [k each]. */
-    double *buf = (double *)malloc((3 * (size_t)d + 2 * kp) * sizeof(double));
     /* The iterations read every activated row (address and unit pattern) at
      * each step. While float64 copies of them fit in L2 they run on copies
      * made once: an iteration at k = 20, d = 384 took 1.6 us on them against
@@ -1594,17 +1597,24 @@ int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const flo
      * spilled to memory were twice as slow at k = 10,000). A float widens to
      * double exactly, so both ways give the same bits. */
     int copies = (int64_t)kp * d <= c->iter_copy_max;
-    float *own_units = copies ? NULL : (float *)malloc(kp * (size_t)d * sizeof(float));
-    double *own64 = copies ? (double *)malloc(2 * kp * (size_t)d * sizeof(double)) : NULL;
-    const float **units = (const float **)malloc(2 * kp * sizeof(float *));
-    const double **units64 = (const double **)malloc(2 * kp * sizeof(double *));
-    const double **crows = (const double **)malloc(kp * sizeof(double *));
-    int ok = act_alloc(&a, s->size, kmax, d) && buf && (own_units || own64) && units && units64
-             && crows;
+    /* One allocation: float64 [the fast result, the state and the next state
+     * (d each), the iteration's similarities and the read-out factors (k each),
+     * then the float64 copies (2 k d) or nothing], the row pointers [5 k], then
+     * the float32 unit patterns when there are no copies [k d]. */
+    size_t n64 = 3 * (size_t)d + 2 * kp + (copies ? 2 * kp * (size_t)d : 0);
+    char *block = (char *)malloc(n64 * sizeof(double) + 5 * kp * sizeof(void *)
+                                 + (copies ? 0 : kp * (size_t)d * sizeof(float)));
+    double *buf = (double *)block;
+    double *own64 = block && copies ? buf + 3 * d + 2 * kp : NULL;
+    const float **units = block ? (const float **)(buf + n64) : NULL;
+    const double **units64 = block ? (const double **)(units + 2 * kp) : NULL;
+    const double **crows = block ? units64 + 2 * kp : NULL;
+    float *own_units = block && !copies ? (float *)(crows + kp) : NULL;
+    int ok = act_alloc(&a, s->size, kmax, d) && block;
     int64_t kk = ok ? activate(s, c, q, dots, dots_error, rows, sims, &a) : HM_ERR_NOMEM;
     act_free(&a);
     if (kk < 0) {
-        free(buf); free(own_units); free(own64); free(units); free(units64); free(crows);
+        free(block);
         return kk;
     }
     double *acc = buf, *xi = acc + d, *nxt = xi + d, *s_it = nxt + d, *f = s_it + kp;
@@ -1627,7 +1637,7 @@ int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const flo
         if (fast_result) memcpy(result, fast_result, (size_t)d * sizeof(float));
         *iterations = 1;
         *converged = 1;
-        free(buf); free(own_units); free(own64); free(units); free(units64); free(crows);
+        free(block);
         return kk;
     }
 
@@ -1686,7 +1696,7 @@ int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const flo
     for (int64_t i = 0; i < d; i++) result[i] = (float)xi[i];
     *iterations = it;
     *converged = conv;
-    free(buf); free(own_units); free(own64); free(units); free(units64); free(crows);
+    free(block);
     return kk;
 }
 
