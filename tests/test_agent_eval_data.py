@@ -16,7 +16,7 @@ import pytest
 from benchmarks.agent_eval.run import (CATEGORIES, CachedEncoder, build_memory, cosine_baseline, evaluate, load,
                                        make_encoder, score)
 
-SETS = ("dev", "test")
+SETS = ("dev", "dev2", "test")
 
 
 @pytest.mark.parametrize("which", SETS)
@@ -35,13 +35,15 @@ def test_conversations_are_well_formed(which):
     assert {q["category"] for q in data["questions"]} == set(CATEGORIES)
 
 
-def test_development_set_is_separate_from_the_test_set():
-    dev, test = load("dev"), load("test")
+@pytest.mark.parametrize("which", ("dev", "dev2"))
+def test_development_sets_are_separate_from_the_test_set(which):
+    dev, test = load(which), load("test")
     assert len(dev["questions"]) >= 80
     texts = lambda d: {t["text"].lower() for s in d["sessions"] for t in s["turns"]}  # noqa: E731
     questions = lambda d: {q["question"].lower() for q in d["questions"]}  # noqa: E731
     assert not texts(dev) & texts(test)
     assert not questions(dev) & questions(test)
+    assert not questions(load("dev")) & questions(load("dev2"))
     for name in ("Priya", "Tomasz", "Atlas", "Northwind", "Mia", "Leipzig"):  # the test set's people and things
         assert not any(name.lower() in t for t in texts(dev)), name
 

@@ -700,3 +700,37 @@ def test_a_multi_part_question_admits_an_answer_for_each_part(tmp_path):
     assert whole.recall(question, limit=5).parts == ()
     whole.close()
     assert mem.recall("Where do I climb?").parts == ()
+
+
+def _floor_case(cfg, mode="hybrid", tau=0.0):
+    """Three candidates: 1 matches the question's words and meaning, 2 and 3 only its meaning."""
+    from hopmem.agent.evidence import Evidence
+    from hopmem.agent.verdict import admit, decide
+
+    ids = [1, 2, 3]
+    ev = Evidence(mode, cfg, rows={}, qvec=np.zeros(4, np.float32), semantic={1: 0.9, 2: 0.6, 3: 0.5},
+                  associative={}, lexical=None)
+    ev.keyword = {1: 1.0, 2: 0.0, 3: 0.0}
+    ev.value = {i: ev.path(i) + (cfg.keyword_weight * ev.keyword[i] if mode == "hybrid" else 0.0) for i in ids}
+    verdict = decide(mode, cfg, gate(tau), None, ev, ids, None, 0.0)
+    return verdict, admit(ids, ev, verdict, gate(5.0), {}, set(), False)
+
+
+def test_path_floor_admits_what_the_semantic_path_alone_would():
+    # without it, entry 1's keyword evidence sets the floor (0.6 x 1.4 = 0.84) above 2's and 3's
+    verdict, admitted = _floor_case(RecallConfig())
+    assert verdict.passes and verdict.path_floor is None and set(admitted) == {1}
+    # with it, a candidate whose path reaches 0.6 x the best path (0.54) is admitted as well
+    verdict, admitted = _floor_case(RecallConfig(path_floor=True))
+    assert verdict.path_floor == pytest.approx(0.54)
+    assert admitted == {1: "weak evidence in an admitted recall", 2: "semantic evidence in an admitted recall"}
+    # only after a yes verdict, and only in hybrid mode (associative mode's floor is on the path already)
+    verdict, admitted = _floor_case(RecallConfig(path_floor=True), tau=10.0)
+    assert not verdict.passes and admitted == {}
+    verdict, admitted = _floor_case(RecallConfig(path_floor=True), mode="associative")
+    assert verdict.path_floor is None and set(admitted) == {1, 2}
+
+
+def test_path_floor_must_be_a_bool():
+    with pytest.raises(InvalidInput, match="path_floor"):
+        RecallConfig(path_floor=1)

@@ -2,18 +2,21 @@
 
     python -m benchmarks.agent_eval.run                 # the test set (conversations.json), full latency run
     python -m benchmarks.agent_eval.run --data dev      # the development set (dev_conversations.json)
+    python -m benchmarks.agent_eval.run --data dev2 --splits 5   # the second one, means over 5 fold splits
     python -m benchmarks.agent_eval.run --quick         # fewer latency entries and repeats
     python -m benchmarks.agent_eval.run --encoder hashing   # no model (lexical hashing encoder)
     python -m benchmarks.agent_eval.run --data dev --fit-defaults   # the uncalibrated verdict models
 
-Two sets of conversations in the same format and categories (single-fact,
+Three sets of conversations in the same format and categories (single-fact,
 multi-session, knowledge-update, temporal, identifier, abstention), about
 different people, facts and sessions: ``dev_conversations.json`` (117 turns in
-12 sessions, 165 questions) is where defaults, weights and the verdict model's
-features are chosen; ``conversations.json`` (118 turns in 12 sessions, 190
-questions) is only reported on, with those choices.
+12 sessions, 165 questions) and ``dev2_conversations.json`` (120 turns in 12
+sessions, 195 questions, written later by another hand without sight of the
+other two sets) are where defaults, weights and the verdict model's features
+are chosen; ``conversations.json`` (118 turns in 12 sessions, 190 questions)
+is only reported on, with those choices.
 
-What it does, on either set
+What it does, on any set
 ---------------------------
 1. Remembers the turns of the sessions into a fresh :class:`AgentMemory` (one
    shared namespace: one user across sessions), each at its session's day on
@@ -63,6 +66,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "conversations.json"  # the test set: report on it, choose nothing on it
 DEV_DATA = HERE / "dev_conversations.json"  # the development set: choose defaults on it
+DEV2_DATA = HERE / "dev2_conversations.json"  # a second development set, written later and independently
 DAY = 86400.0
 CATEGORIES = ("single-fact", "multi-session", "knowledge-update", "temporal", "identifier", "abstention")
 RETRIEVERS = ("hybrid", "associative", "keyword", "cosine")
@@ -117,8 +121,8 @@ class CachedEncoder:
 
 
 def load(which: str = "test") -> dict[str, Any]:
-    """The test set (``"test"``), the development set (``"dev"``), or a file in the same format."""
-    path = {"test": DATA, "dev": DEV_DATA}.get(which, Path(which))
+    """The test set (``"test"``), a development set (``"dev"``, ``"dev2"``), or a file in the same format."""
+    path = {"test": DATA, "dev": DEV_DATA, "dev2": DEV2_DATA}.get(which, Path(which))
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
@@ -201,9 +205,12 @@ def score(data: dict[str, Any], results: dict[str, list[dict[str, Any]]]) -> dic
     for mode, rows in results.items():
         per_cat: dict[str, dict[str, list[float]]] = defaultdict(lambda: {"r1": [], "r5": [], "k1": [], "k5": []})
         tp = fp = fn = 0
+        gold_hits = hits = 0
         for q, res in zip(questions, rows):
             gold = q["answers"]
             if gold:
+                hits += len(res["ranked"])
+                gold_hits += len(set(res["ranked"]) & set(gold))
                 per_cat[q["category"]]["r1"].append(recall_at(res["ranked"], gold, 1))
                 per_cat[q["category"]]["r5"].append(recall_at(res["ranked"], gold, 5))
                 per_cat["overall"]["r1"].append(recall_at(res["ranked"], gold, 1))
@@ -223,8 +230,22 @@ def score(data: dict[str, Any], results: dict[str, list[dict[str, Any]]]) -> dic
                                "k1": float(np.mean(v["k1"])), "k5": float(np.mean(v["k5"])), "n": len(v["r1"])}
                            for c, v in per_cat.items()},
             "abstention": {"precision": precision, "recall": recall, "f1": f1, "abstained": tp + fp},
+            "hits": {"precision": gold_hits / hits if hits else 0.0,
+                     "per_question": hits / max(1, sum(1 for q in questions if q["answers"]))},
         }
     return table
+
+
+def mean_tables(tables: list[dict[str, Any]]) -> dict[str, Any]:
+    """The element-wise mean of score() tables (several fold splits of the same questions)."""
+    def mean(values: list[Any]) -> Any:
+        if isinstance(values[0], dict):
+            return {k: mean([v[k] for v in values]) for k in values[0]}
+        if all(v == values[0] for v in values):
+            return values[0]  # counts stay ints
+        return float(np.mean(values))
+
+    return mean(tables)
 
 
 def sweep(mem: Any, entry_of: dict[int, str], data: dict[str, Any], cosine: Any, budgets: list[float],
@@ -364,8 +385,11 @@ def _recall_rows(table: dict, at1: str, at5: str) -> list[str]:
 
 def markdown(table: dict[str, Any], lat: dict[str, Any] | None, enc_lat: dict[str, float] | None,
              meta: dict[str, Any]) -> str:
+    splits = meta.get("splits", 1)
     lines = [f"Data: {meta['data']}; encoder: {meta['encoder']}; gates: 2-fold cross-validated calibration (error budget "
-             f"{meta['error_budget']}); limit 5. R@k counts an abstention on an answerable question as a miss.", ""]
+             f"{meta['error_budget']}"
+             + (f"; means over {splits} fold splits" if splits > 1 else "")
+             + "); limit 5. R@k counts an abstention on an answerable question as a miss.", ""]
     header = "| category | n | " + " | ".join(f"{r} R@1 | {r} R@5" for r in RETRIEVERS) + " |"
     lines.append(header)
     lines.append("|" + "---|" * (2 + 2 * len(RETRIEVERS)))
@@ -377,7 +401,12 @@ def markdown(table: dict[str, Any], lat: dict[str, Any] | None, enc_lat: dict[st
     for r in RETRIEVERS:
         a = table[r]["abstention"]
         lines.append(f"| {r} | {100 * a['precision']:.1f} | {100 * a['recall']:.1f} | {100 * a['f1']:.1f} | "
-                     f"{a['abstained']} |")
+                     f"{a['abstained']:g} |")
+    lines += ["", "Hits returned on answerable questions (precision: the share that are gold answers):", "",
+              "| retriever | hit precision | hits per question |", "|---|---|---|"]
+    for r in RETRIEVERS:
+        h = table[r]["hits"]
+        lines.append(f"| {r} | {100 * h['precision']:.1f} | {h['per_question']:.2f} |")
     if lat is not None:
         lines += ["", f"Recall latency with {lat['entries']} entries (encoder excluded; includes the receipt and "
                       f"exposure write; mean remember {lat['write_ms_mean']:.2f} ms):", "",
@@ -443,9 +472,9 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", default="test", metavar="test|dev|PATH",
+    parser.add_argument("--data", default="test", metavar="test|dev|dev2|PATH",
                         help="the conversations: test (conversations.json, the default), dev "
-                             "(dev_conversations.json) or a file in the same format")
+                             "(dev_conversations.json), dev2 (dev2_conversations.json) or a file in the same format")
     parser.add_argument("--quick", action="store_true", help="smaller latency run (2,000 entries, 1 repeat)")
     parser.add_argument("--encoder", default="minilm", choices=("minilm", "hashing"))
     parser.add_argument("--entries", type=int, default=None, help="entries for the latency run (default 10000)")
@@ -457,6 +486,8 @@ def main(argv: list[str] | None = None) -> int:
                              "--sweep-seeds fold splits")
     parser.add_argument("--sweep-seeds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--splits", type=int, default=1,
+                        help="report the mean over this many fold splits (seeds --seed, --seed + 1, ...)")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="override a RecallConfig field (for experiments)")
     parser.add_argument("--fit-defaults", action="store_true",
@@ -464,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
                              "DEFAULT_GATES) on every question of --data (use dev) at error budget 0.1, print them "
                              "and exit")
     parser.add_argument("--json", metavar="PATH", help="also write the raw numbers here")
-    parser.add_argument("--dump", metavar="PATH", help="write per-question results here")
+    parser.add_argument("--dump", metavar="PATH", help="write per-question results here (the first fold split)")
     parser.add_argument("--cache", metavar="PATH", help="keep encoded vectors in this .npz between runs")
     args = parser.parse_args(argv)
 
@@ -485,13 +516,17 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         mem, entry_of, _ = build_memory(os.path.join(tmp, "eval.db"), encoder, data, config)
         cosine = cosine_baseline(encoder, data)
-        ev = evaluate(mem, entry_of, data, cosine, error_budget=args.error_budget, seed=args.seed)
+        if args.splits < 1:
+            raise SystemExit("--splits: expected at least 1")
+        evs = [evaluate(mem, entry_of, data, cosine, error_budget=args.error_budget, seed=args.seed + n)
+               for n in range(args.splits)]
+        ev = evs[0]
         sweep_table = None
         if args.sweep:
             budgets = [float(b) for b in args.sweep.split(",") if b.strip()]
             sweep_table = sweep(mem, entry_of, data, cosine, budgets, args.sweep_seeds)
         mem.close()
-    table = score(data, ev["results"])
+    table = mean_tables([score(data, e["results"]) for e in evs])
     lat = None
     if not args.no_latency:
         n = args.entries or (2000 if args.quick else 10000)
@@ -504,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
         from hopmem.agent import AgentMemory
         budget = inspect.signature(AgentMemory.calibrate).parameters["error_budget"].default
     meta = {"encoder": inner.name, "error_budget": budget, "gates": ev["gates"], "data": args.data,
-            "questions": len(data["questions"])}
+            "questions": len(data["questions"]), "splits": args.splits, "seed": args.seed}
     print(markdown(table, lat, enc_lat, meta))
     if sweep_table:
         print(f"\nError-budget sweep (mean over {args.sweep_seeds} fold splits):\n")

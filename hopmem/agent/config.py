@@ -88,6 +88,12 @@ class RecallConfig:
     once the verdict is yes a part admits the candidates with ``evidence >=
     floor_ratio * best evidence`` for that part. The verdict itself is the
     whole question's.
+
+    With ``path_floor`` (hybrid mode), once the verdict is yes a candidate is
+    also admitted when its semantic path alone reaches ``floor_ratio`` of the
+    best candidate's path, as associative mode would admit it: a statement
+    that shares no words with the question is then not held back by another
+    candidate's keyword evidence.
     """
 
     beta: float = 30.0
@@ -118,10 +124,12 @@ class RecallConfig:
     rebuild_dead_fraction: float = 0.2
     split_parts: bool = True
     part_weight: float = 0.5
+    path_floor: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.split_parts, bool):
-            raise InvalidInput(f"split_parts: expected a bool, got {self.split_parts!r}")
+        for name in ("split_parts", "path_floor"):
+            if not isinstance(getattr(self, name), bool):
+                raise InvalidInput(f"{name}: expected a bool, got {getattr(self, name)!r}")
         for name in ("beta", "rrf_k", "bm25_half"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not value > 0:

@@ -300,6 +300,7 @@ class Verdict:
     best_evidence: float
     floor: float
     features: dict[str, float]
+    path_floor: float | None = None
 
 
 def decide(mode: str, config: RecallConfig, gate: Gate, model: VerdictModel | None, evidence: Evidence,
@@ -313,9 +314,12 @@ def decide(mode: str, config: RecallConfig, gate: Gate, model: VerdictModel | No
     else:
         statistic = model.log_odds(features)
         what = "log-odds from " + ", ".join(f"{name} {features[name]:.3f}" for name in model.features)
+    path_floor = None
+    if mode == "hybrid" and config.path_floor:
+        path_floor = config.floor_ratio * max(evidence.path(i) for i in ids)
     return Verdict(statistic=statistic, what=f"statistic {statistic:.3f} ({what})", passes=statistic >= gate.tau,
                    best_evidence=best_ev, floor=config.floor_ratio * best_ev,
-                   features={k: round(v, 6) for k, v in features.items()})
+                   features={k: round(v, 6) for k, v in features.items()}, path_floor=path_floor)
 
 
 def admit(ids: Sequence[int], evidence: Evidence, verdict: Verdict, band_gate: Gate, exact: Mapping[int, list[str]],
@@ -330,6 +334,8 @@ def admit(ids: Sequence[int], evidence: Evidence, verdict: Verdict, band_gate: G
             admitted[i] = "gate"
         elif verdict.passes and ev[i] >= verdict.floor:
             admitted[i] = "weak evidence in an admitted recall"
+        elif verdict.passes and verdict.path_floor is not None and evidence.path(i) >= verdict.path_floor > 0.0:
+            admitted[i] = "semantic evidence in an admitted recall"
         elif i in in_window and ev[i] >= 0.0:
             admitted[i] = "time window"
         elif admit_all:
