@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from benchmarks.agent_eval.run import (CATEGORIES, CachedEncoder, build_memory, cosine_baseline, evaluate, load,
-                                       make_encoder, score)
+                                       make_encoder, mean_tables, score)
 
 SETS = ("dev", "dev2", "test")
 
@@ -46,6 +46,30 @@ def test_development_sets_are_separate_from_the_test_set(which):
     assert not questions(load("dev")) & questions(load("dev2"))
     for name in ("Priya", "Tomasz", "Atlas", "Northwind", "Mia", "Leipzig"):  # the test set's people and things
         assert not any(name.lower() in t for t in texts(dev)), name
+
+
+def test_score_counts_hit_precision_and_mean_tables_average_splits():
+    data = {"questions": [
+        {"id": "a", "category": "single-fact", "question": "?", "answers": ["t1"]},
+        {"id": "b", "category": "multi-session", "question": "?", "answers": ["t2", "t3"]},
+        {"id": "c", "category": "abstention", "question": "?", "answers": []},
+    ]}
+
+    def results(ranked_b, abstain_c):
+        row = lambda ranked, abstained=False: {"ranked": ranked, "abstained": abstained, "ranking": ranked}  # noqa: E731
+        return {"hybrid": [row(["t1", "t9"]), row(ranked_b), row([], abstain_c) if abstain_c else row(["t4"])]}
+
+    one = score(data, results(["t2", "t5", "t6"], True))["hybrid"]
+    # 3 gold hits of 5 returned on the answerable questions; the unanswerable one's hits do not count
+    assert one["hits"]["precision"] == pytest.approx(2 / 5) and one["hits"]["per_question"] == pytest.approx(2.5)
+    assert one["categories"]["multi-session"]["r5"] == pytest.approx(0.5)
+    assert one["abstention"]["f1"] == pytest.approx(1.0)
+    two = score(data, results(["t2", "t3"], False))["hybrid"]
+    mean = mean_tables([{"hybrid": one}, {"hybrid": two}])["hybrid"]
+    assert mean["categories"]["multi-session"]["r5"] == pytest.approx(0.75)
+    assert mean["hits"]["precision"] == pytest.approx((2 / 5 + 3 / 4) / 2)
+    assert mean["abstention"]["f1"] == pytest.approx(0.5)
+    assert mean["categories"]["overall"]["n"] == 2 and isinstance(mean["categories"]["overall"]["n"], int)
 
 
 @pytest.mark.skipif(not (os.environ.get("HOPMEM_SLOW_TESTS") or os.environ.get("CI")),
