@@ -11,13 +11,13 @@ Three sets of conversations in the same format and categories (single-fact,
 multi-session, knowledge-update, temporal, identifier, abstention), about
 different people, facts and sessions: ``dev_conversations.json`` (117 turns in
 12 sessions, 165 questions) and ``dev2_conversations.json`` (120 turns in 12
-sessions, 195 questions, written later by another hand without sight of the
-other two sets) are where defaults, weights and the verdict model's features
+sessions, 195 questions, written later by a separate writer without sight of
+the other two sets) are where defaults, weights and the verdict model's features
 are chosen; ``conversations.json`` (118 turns in 12 sessions, 190 questions)
 is only reported on, with those choices.
 
 What it does, on any set
----------------------------
+------------------------
 1. Remembers the turns of the sessions into a fresh :class:`AgentMemory` (one
    shared namespace: one user across sessions), each at its session's day on
    an injected clock (``day * 86400 + turn index``), with ``day_zero = 0`` so
@@ -498,6 +498,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dump", metavar="PATH", help="write per-question results here (the first fold split)")
     parser.add_argument("--cache", metavar="PATH", help="keep encoded vectors in this .npz between runs")
     args = parser.parse_args(argv)
+    if args.splits < 1:
+        parser.error("--splits: expected at least 1")
 
     from hopmem.agent import RecallConfig
 
@@ -516,8 +518,6 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         mem, entry_of, _ = build_memory(os.path.join(tmp, "eval.db"), encoder, data, config)
         cosine = cosine_baseline(encoder, data)
-        if args.splits < 1:
-            raise SystemExit("--splits: expected at least 1")
         evs = [evaluate(mem, entry_of, data, cosine, error_budget=args.error_budget, seed=args.seed + n)
                for n in range(args.splits)]
         ev = evs[0]
@@ -547,7 +547,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print("Targets:")
     print("\n".join(targets(table, lat)))
-    print(f"\nGate tau per fold: " + ", ".join(f"{m} {', '.join(f'{t:.3f}' for t in v)}" for m, v in ev["gates"].items()))
+    which = " (first fold split)" if args.splits > 1 else ""
+    print(f"\nGate tau per fold{which}: " + ", ".join(f"{m} {', '.join(f'{t:.3f}' for t in v)}" for m, v in ev["gates"].items()))
     if args.json:
         Path(args.json).write_text(json.dumps({"table": table, "latency": lat, "encoder_latency": enc_lat,
                                                "meta": meta, "sweep": sweep_table}, indent=2))
