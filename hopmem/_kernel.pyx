@@ -343,9 +343,9 @@ def write(state, cfg, const float[:, ::1] X):
         _store(state, &s)
         if rc != 0:
             _raise(rc, "write")
-        for i in range(m):
-            touched_out.append(touched[i, : n_touched[i]].copy())
-            created_out.append(created[i, : n_created[i]].copy())
+        # Views of this chunk's log, one per vector (a copy each cost ~1 us a vector).
+        touched_out.extend([row[:n] for row, n in zip(touched, n_touched.tolist())])
+        created_out.extend([row[:n] for row, n in zip(created, n_created.tolist())])
         merges_out.extend((int(r[1]), int(r[2])) for r in merges[: log.n_merges])
         start += m
         note_change(state)
