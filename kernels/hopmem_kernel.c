@@ -1072,7 +1072,7 @@ static void act_free(act_scratch *a) { free(a->order); }
 /* out = q / |q| rounded to float32 (zeros when |q| < TINY); returns |q|.
  * Scores against a unit query are cosines in [-1, 1]: no float32 overflow
  * for huge inputs, and a tiny query scores 0 everywhere as ALGORITHM.md says. */
-static double unit_query(const float *q, int64_t dim, float *out) {
+HM_INLINE double unit_query(const float *q, int64_t dim, float *out) {
     double norm = fnorm(q, dim);
     if (norm < HM_TINY) {
         memset(out, 0, (size_t)dim * sizeof(float));
@@ -1262,7 +1262,8 @@ HM_INLINE int64_t activate(const hm_state *s, const hm_config *c, const float *q
                            const float *scores, double scores_error, int64_t *rows,
                            double *sims, act_scratch *a) {
     int64_t d = s->dim, L = s->size;
-    double qnorm = unit_query(q, d, a->qhat);
+    /* Given exact scores (a write's block), the unit query is not needed. */
+    double qnorm = scores && scores_error == 0.0 ? 1.0 : unit_query(q, d, a->qhat);
     if (!scores) {
         scores = a->scores;
         if (s->groups > 0 && !(c->compact && s->addresses16) && qnorm >= HM_TINY) {
