@@ -9,13 +9,17 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import hopmem
 from hopmem import CorruptStore, IncompatibleStore, Memory, StoreError, StoreLocked
+from hopmem.store import journal
 from hopmem.store.schema import APPLICATION_ID, SCHEMA_VERSION
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -186,6 +190,20 @@ def test_flipped_bits_in_journal_vectors_fail_the_crc(tmp_path):
     damage(path, "DELETE FROM checkpoints", "DELETE FROM checkpoint_parts",  # force a replay
            ("UPDATE journal SET vectors = ? WHERE seq = 1", (bytes(blob),)))
     assert_open_fails(path, "journal entry 1 fails its CRC check")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.binary(max_size=5000), min_size=1, max_size=4), st.integers(0, 2**32 - 1))
+def test_the_store_crc_is_zlibs(parts, start):
+    # Files written with zlib's CRC-32 (and by builds without ISA-L) must keep
+    # verifying: the store's crc32 gives zlib's values, chained or not.
+    assert journal.crc32(b"".join(parts)) == zlib.crc32(b"".join(parts))
+    a = b = start
+    for part in parts:
+        a, b = journal.crc32(part, a), zlib.crc32(part, b)
+    assert a == b
+    X = np.random.default_rng(len(parts)).standard_normal((7, 13)).astype(np.float32)
+    assert journal.crc32(journal.vectors_blob(X)) == zlib.crc32(X.astype("<f4").tobytes())
 
 
 def test_damaged_checkpoint_fails_the_crc(tmp_path):

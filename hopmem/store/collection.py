@@ -14,7 +14,6 @@ import logging
 import struct
 import threading
 import time
-import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -341,7 +340,7 @@ class Collection:
                 return StoredWriteResult(0, [], [], [], ids=[] if metas is not None else None,
                                          seq=self._seq)
             blob = journal.vectors_blob(X)
-            crc = zlib.crc32(blob)
+            crc = journal.crc32(blob)
             now = time.time()
             seq = self._seq + 1
             first_id = self._next_doc_id

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import sqlite3
 import time
-import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,7 +25,12 @@ from ..memory import Memory
 from . import _engine
 from .schema import KIND_COMPRESS, KIND_WRITE
 
-__all__ = ["to_signed64", "to_unsigned64", "le_blob", "vectors_blob", "vectors_from_blob",
+try:  # ISA-L's CRC-32 (SIMD: about 4x zlib's speed on a journal entry), the same values as zlib's
+    from isal.isal_zlib import crc32
+except ImportError:  # pragma: no cover - a dependency wherever it has wheels
+    from zlib import crc32
+
+__all__ = ["crc32", "to_signed64", "to_unsigned64", "le_blob", "vectors_blob", "vectors_from_blob",
            "save_checkpoint", "load_checkpoint", "Rebuilt", "rebuild", "CHECKPOINT_PART_BYTES"]
 
 _MASK64 = (1 << 64) - 1
@@ -98,7 +102,7 @@ def save_checkpoint(conn: sqlite3.Connection, cid: int, seq: int, snap: Snapshot
             le_blob(snap.weights[start:stop], "<f8"),
         )
         for b in blobs:
-            crc = zlib.crc32(b, crc)
+            crc = crc32(b, crc)
             total += len(b)
         conn.execute("INSERT INTO checkpoint_parts (cid, part, ids, addresses, counters, weights)"
                      " VALUES (?, ?, ?, ?, ?, ?)", (cid, part, *blobs))
@@ -142,7 +146,7 @@ def load_checkpoint(conn: sqlite3.Connection, cid: int, dim: int,
             raise CorruptStore(f"{where}: checkpoint part {count} is missing")
         count += 1
         for b in (b_ids, b_addr, b_cnt, b_w):
-            crc = zlib.crc32(b, crc)
+            crc = crc32(b, crc)
         n = len(b_ids) // 8
         if len(b_ids) != 8 * n or len(b_addr) != 4 * n * dim or len(b_cnt) != 8 * n * dim \
                 or len(b_w) != 8 * n or at + n > size:
@@ -218,7 +222,7 @@ def rebuild(conn: sqlite3.Connection, cid: int, config: MemoryConfig, where: str
         seq = entry
         t0 = time.perf_counter()
         if kind == KIND_WRITE:
-            if crc is not None and (blob is None or zlib.crc32(blob) != crc):
+            if crc is not None and (blob is None or crc32(blob) != crc):
                 raise CorruptStore(f"{where}: journal entry {entry} fails its CRC check")
             X = vectors_from_blob(blob, n, dim, f"{where}: journal entry {entry}")
             with _engine.write_lock(memory):

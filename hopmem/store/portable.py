@@ -31,7 +31,6 @@ import json
 import os
 import time
 import zipfile
-import zlib
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
@@ -125,7 +124,7 @@ def export_collection(db: "Database", name: str, path: str | os.PathLike[str], *
                         blob = conn.execute("SELECT vectors FROM journal WHERE jid = ?",
                                             (jid,)).fetchone()[0]
                         if blob is None or len(blob) != 4 * n * db.dim or (
-                                crc is not None and zlib.crc32(blob) != crc):
+                                crc is not None and journal.crc32(blob) != crc):
                             raise CorruptStore(f"{where}: journal entry {seq} is damaged")
                         out.write(blob)
                         if progress is not None:
@@ -256,7 +255,7 @@ def import_collection(db: "Database", path: str | os.PathLike[str], name: str | 
                             "next_id_after, size_after, eta_after, rng_after, crc, created_at) "
                             "VALUES (?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?)",
                             (cid, seq, KIND_WRITE, n, blob, after[0], after[1], after[2],
-                             after[3], journal.to_signed64(after[4]), zlib.crc32(blob),
+                             after[3], journal.to_signed64(after[4]), journal.crc32(blob),
                              float(entry.get("created_at", now)))).lastrowid
                         docs = []
                         for i in range(n):
