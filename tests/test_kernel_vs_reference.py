@@ -615,3 +615,17 @@ def test_the_kernel_half_conversion_is_numpys(values, shape):
     with np.errstate(over="ignore"):
         np.testing.assert_array_equal(to_half(strided).view(np.uint16),
                                       strided.astype(np.float16).view(np.uint16))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(0, 9000), st.lists(st.tuples(st.integers(0, 8999),
+                                                 st.sampled_from([np.nan, np.inf, -np.inf, 3.4e38, -0.0, 1e-45])),
+                                       max_size=3), st.integers(0, 2**32 - 1))
+def test_all_finite_is_numpys(n, specials, seed):
+    # The kernel's finiteness check (input validation of every write and read)
+    # reads exponent bits in blocks; it must agree with NumPy anywhere in the array.
+    x = np.random.default_rng(seed).standard_normal(n).astype(np.float32)
+    for pos, value in specials:
+        if pos < n:
+            x[pos] = value
+    assert _kernel.all_finite(x) == bool(np.isfinite(x).all())
