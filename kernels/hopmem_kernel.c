@@ -366,6 +366,34 @@ HM_INLINE double ffdot(const float *a, const float *b, int64_t dim) {
     for (; i < dim; i++) tail += (double)a[i] * (double)b[i];
     return lanes_sum(lo, hi, tail);
 }
+
+/* One competitive update of a row, in one pass: c += w x (the counters), and
+ * t = a + rate (x - a) from the float32 address a; returns ddot(t, t), summed
+ * in ddot's lanes, so the result equals the separate passes bit for bit. */
+HM_INLINE double move_row(double *c, const float *a, const double *x, double w, double rate,
+                          double *t, int64_t dim) {
+    v4d lo = {0}, hi = {0};
+    double tail = 0.0;
+    int64_t i = 0;
+    for (; i + 8 <= dim; i += 8) {
+        v4d x0 = LDD(x + i), x1 = LDD(x + i + 4);
+        *(v4d_u *)(c + i) = LDD(c + i) + w * x0;
+        *(v4d_u *)(c + i + 4) = LDD(c + i + 4) + w * x1;
+        v4d a0 = LDF4(a + i), a1 = LDF4(a + i + 4);
+        v4d t0 = a0 + rate * (x0 - a0), t1 = a1 + rate * (x1 - a1);
+        *(v4d_u *)(t + i) = t0;
+        *(v4d_u *)(t + i + 4) = t1;
+        lo += t0 * t0;
+        hi += t1 * t1;
+    }
+    for (; i < dim; i++) {
+        c[i] += w * x[i];
+        double ai = (double)a[i];
+        t[i] = ai + rate * (x[i] - ai);
+        tail += t[i] * t[i];
+    }
+    return lanes_sum(lo, hi, tail);
+}
 #else
 HM_INLINE double lanes_sum8(const double *acc, double tail) {
     return (((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7])))
@@ -406,6 +434,16 @@ HM_INLINE double ffdot(const float *a, const float *b, int64_t dim) {
         for (int l = 0; l < 8; l++) acc[l] += (double)a[i + l] * (double)b[i + l];
     for (; i < dim; i++) tail += (double)a[i] * (double)b[i];
     return lanes_sum8(acc, tail);
+}
+
+HM_INLINE double move_row(double *c, const float *a, const double *x, double w, double rate,
+                          double *t, int64_t dim) {
+    for (int64_t i = 0; i < dim; i++) {
+        c[i] += w * x[i];
+        double ai = (double)a[i];
+        t[i] = ai + rate * (x[i] - ai);
+    }
+    return ddot(t, t, dim);
 }
 #endif
 
@@ -503,8 +541,8 @@ HM_INLINE double normalize_d(double *v, int64_t dim) {
 
 /* out = float(v / |v|) (float(v) when |v| < TINY): normalize_d then a cast to
  * float32, bit for bit, in one pass over v instead of two. */
-HM_INLINE void normalize_to_float(const double *v, int64_t dim, float *out) {
-    double norm = sqrt(ddot(v, v, dim));
+/* out = v / norm rounded to float32, v itself when norm < TINY. */
+HM_INLINE void scale_to_float(const double *v, double norm, int64_t dim, float *out) {
     if (norm >= HM_TINY) {
         double inv = 1.0 / norm;
         for (int64_t i = 0; i < dim; i++) out[i] = (float)(v[i] * inv);
@@ -1465,15 +1503,10 @@ HM_INLINE void write_competitive(hm_state *s, const hm_config *c, const float *x
             if (wj <= 0.0) continue;
             int64_t row = w->rows[j];
             double rate = row == winner ? eta_w : 0.1 * eta_w;
-            double *cj = s->counters + row * d;
             float *aj = s->addresses + row * d;
-            for (int64_t i = 0; i < d; i++) {
-                cj[i] += wj * w->x64[i];
-                double a = (double)aj[i];
-                w->tmp_a[i] = a + rate * (w->x64[i] - a);
-            }
+            double sq = move_row(s->counters + row * d, aj, w->x64, wj, rate, w->tmp_a, d);
             s->weights[row] += wj;
-            normalize_to_float(w->tmp_a, d, aj);
+            scale_to_float(w->tmp_a, sqrt(sq), d, aj);
             sync_rows16(s, row, 1);
             index_touch(s, row);
             block_touch(s, w, row);
