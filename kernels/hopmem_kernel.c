@@ -505,9 +505,8 @@ HM_INLINE double normalize_d(double *v, int64_t dim) {
     return norm;
 }
 
-/* out = float(v / |v|) (float(v) when |v| < TINY): normalize_d then a cast to
- * float32, bit for bit, in one pass over v instead of two. */
-/* out = v / norm rounded to float32, v itself when norm < TINY. */
+/* out = float(v / norm) (float(v) when norm < TINY), norm = |v|: normalize_d
+ * then a cast to float32, bit for bit, in one pass over v instead of two. */
 HM_INLINE void scale_to_float(const double *v, double norm, int64_t dim, float *out) {
     if (norm >= HM_TINY) {
         double inv = 1.0 / norm;
