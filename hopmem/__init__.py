@@ -6,6 +6,7 @@ The public API, re-exported; nothing else lives here.
 - :func:`open`, :class:`DataDir`: the embedded durable store (SQLite).
 - :mod:`hopmem.encoders`, :class:`Centerer`, :mod:`hopmem.gates`,
   :class:`TextCollection`: text in, calibrated answers out.
+- :func:`set_threads`, :func:`get_threads`: threads for the kernel's scans.
 - :mod:`hopmem.agent`: agent memory; :mod:`hopmem.server`: the HTTP server.
 """
 
@@ -33,6 +34,7 @@ from .memory import AttentionResult, CompressResult, Memory, ScoredRead, Stats, 
 from .recall import Hit, RecallGate, RecallResult
 from .store import Collection, Database, DataDir, Document, DocumentHit, open
 from .text import TextCollection
+from .threads import get_threads, set_threads
 
 __all__ = [
     "Memory", "MemoryConfig", "Snapshot", "WriteResult", "Trace", "ScoredRead", "AttentionResult",
@@ -41,6 +43,6 @@ __all__ = [
     "Centerer", "TextCollection", "RecallResult", "RecallGate", "Hit",
     "HopmemError", "InvalidInput", "InvalidConfig", "DimensionMismatch", "EmptyMemory",
     "NotFound", "AlreadyExists", "StoreError", "StoreLocked", "IncompatibleStore",
-    "CorruptStore",
+    "CorruptStore", "set_threads", "get_threads",
     "__version__",
 ]

@@ -16,6 +16,15 @@ from scipy.linalg.cython_blas cimport sgemm
 cnp.import_array()
 
 
+cdef extern from "hopmem_threads.h" nogil:
+    int hm_set_threads(int n)
+    int hm_get_threads()
+    void hm_set_split(double min_work, double min_work_held, double chunk_work)
+    double HM_PARALLEL_MIN_WORK
+    double HM_PARALLEL_MIN_WORK_HELD
+    double HM_CHUNK_WORK
+
+
 cdef extern from "hopmem_kernel.h" nogil:
     ctypedef struct hm_state:
         int64_t dim
@@ -578,6 +587,27 @@ def all_finite(const float[::1] values):
                 bad |= (bits[j] & 0x7F800000u) == 0x7F800000u
             i = end
     return not bad
+
+
+def set_threads(int n):
+    """Threads the scans may use, the caller's included (1: no helpers); returns the value set."""
+    return hm_set_threads(n)
+
+
+def get_threads():
+    """Threads the scans may use, the caller's included."""
+    return hm_get_threads()
+
+
+def set_split(min_work=None, min_work_held=None, chunk_work=None):
+    """For tests: when scans are shared and in what chunks (None: the default).
+
+    ``set_split(0, 0, 0)`` shares every scan in chunks of four rows, so small
+    test memories take the threaded paths. Set it while no scan runs.
+    """
+    hm_set_split(HM_PARALLEL_MIN_WORK if min_work is None else min_work,
+                 HM_PARALLEL_MIN_WORK_HELD if min_work_held is None else min_work_held,
+                 HM_CHUNK_WORK if chunk_work is None else chunk_work)
 
 
 def has_compact():

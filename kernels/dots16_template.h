@@ -1,10 +1,11 @@
 /* Template for the half-precision activation scan, included twice by
  * hopmem_kernel.c with HM_DOTS16_NAME, HM_DOTS16_ATTR and HM_LDH(p) (load 8
- * halves as a v8f) defined. Same 16-lane order as the float32 scan: four rows
+ * halves as a v8f) defined. out[q * ld + j] for n rows. Same 16-lane order as the float32 scan: four rows
  * share each load of the query, two 8-wide accumulators per row. */
 
 HM_DOTS16_ATTR static void HM_DOTS16_NAME(const hm_half *A, int64_t n, int64_t dim,
-                                          const float *X, int64_t nq, float *out) {
+                                          const float *X, int64_t nq, float *out,
+                                          int64_t ld) {
     const int64_t full = dim - dim % LANES;
     hm_half pad[4][LANES];
     for (int64_t j = 0; j < n; j += 4) {
@@ -46,7 +47,7 @@ HM_DOTS16_ATTR static void HM_DOTS16_NAME(const hm_half *A, int64_t n, int64_t d
                 l2 += HM_LDH(pad[2]) * xl; h2 += HM_LDH(pad[2] + 8) * xh;
                 l3 += HM_LDH(pad[3]) * xl; h3 += HM_LDH(pad[3] + 8) * xh;
             }
-            float *o = out + q * n + j;
+            float *o = out + q * ld + j;
             o[0] = hsum2(l0, h0);
             if (rows > 1) o[1] = hsum2(l1, h1);
             if (rows > 2) o[2] = hsum2(l2, h2);

@@ -1,5 +1,6 @@
 /* hopmem kernel: see hopmem_kernel.h for the contract and the conventions. */
 #include "hopmem_kernel.h"
+#include "hopmem_threads.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -144,16 +145,17 @@ HM_INLINE void dot4(const float *a0, int64_t dim, const float *x, float *out,
 #endif
 
 HM_CLONES
-void hm_dots(const float *A, int64_t n, int64_t dim, const float *x, float *out) {
+static void dots_rows(const float *A, int64_t n, int64_t dim, const float *x, float *out) {
     int64_t j = 0;
     for (; j + 4 <= n; j += 4)
         dot4(A + j * dim, dim, x, out + j, j + 12 <= n ? A + (j + 8) * dim : NULL);
     for (; j < n; j++) out[j] = dot1(A + j * dim, dim, x);
 }
 
+/* out[q * ld + j] for n rows of A against nq queries. */
 HM_CLONES
-void hm_dots_batch(const float *A, int64_t n, int64_t dim, const float *X, int64_t nq,
-                   float *out) {
+static void dots_batch_rows(const float *A, int64_t n, int64_t dim, const float *X, int64_t nq,
+                            float *out, int64_t ld) {
     /* Queries four at a time: each row is loaded once for four queries that
      * stay in L1 (dot4p with the roles swapped: q * a is a * q, so every score
      * is dot1's), 12-14% faster than passing each query over blocks of four
@@ -163,14 +165,47 @@ void hm_dots_batch(const float *A, int64_t n, int64_t dim, const float *X, int64
     for (; q + 4 <= nq; q += 4) {
         const float *x = X + q * dim;
         for (int64_t j = 0; j < n; j++)
-            dot4p(x, x + dim, x + 2 * dim, x + 3 * dim, dim, A + j * dim, out + q * n + j, n, NULL);
+            dot4p(x, x + dim, x + 2 * dim, x + 3 * dim, dim, A + j * dim, out + q * ld + j, ld,
+                  NULL);
     }
     if (q == nq) return;
     int64_t j = 0;
     for (; j + 4 <= n; j += 4)  /* a block of 4 rows stays in L1 while each query passes */
-        for (int64_t r = q; r < nq; r++) dot4(A + j * dim, dim, X + r * dim, out + r * n + j, NULL);
+        for (int64_t r = q; r < nq; r++) dot4(A + j * dim, dim, X + r * dim, out + r * ld + j, NULL);
     for (; j < n; j++)
-        for (int64_t r = q; r < nq; r++) out[r * n + j] = dot1(A + j * dim, dim, X + r * dim);
+        for (int64_t r = q; r < nq; r++) out[r * ld + j] = dot1(A + j * dim, dim, X + r * dim);
+}
+
+/* The scans share their rows with the helper threads (hopmem_threads.c): a
+ * row's score is the same code on any thread, so results stay bit-equal. */
+typedef struct {
+    const void *A;   /* float or hm_half rows */
+    int64_t n, dim;  /* all rows; n is also the output's stride */
+    const float *X;
+    int64_t nq;
+    float *out;
+} scan_job;
+
+static void dots_chunk(void *ctx, int64_t lo, int64_t hi) {
+    const scan_job *j = (const scan_job *)ctx;
+    dots_rows((const float *)j->A + lo * j->dim, hi - lo, j->dim, j->X, j->out + lo);
+}
+
+static void dots_batch_chunk(void *ctx, int64_t lo, int64_t hi) {
+    const scan_job *j = (const scan_job *)ctx;
+    dots_batch_rows((const float *)j->A + lo * j->dim, hi - lo, j->dim, j->X, j->nq,
+                    j->out + lo, j->n);
+}
+
+void hm_dots(const float *A, int64_t n, int64_t dim, const float *x, float *out) {
+    scan_job job = {A, n, dim, x, 1, out};
+    hm_parallel_rows(dots_chunk, &job, n, (double)n * (double)dim);
+}
+
+void hm_dots_batch(const float *A, int64_t n, int64_t dim, const float *X, int64_t nq,
+                   float *out) {
+    scan_job job = {A, n, dim, X, nq, out};
+    hm_parallel_rows(dots_batch_chunk, &job, n, (double)n * (double)dim * (double)nq);
 }
 
 /* ---- compact activation: a half-precision copy of the addresses ------------ */
@@ -212,17 +247,31 @@ static inline v8f ldh_portable(const hm_half *p) {
 #undef HM_LDH
 #endif
 
+static void dots16_rows(const hm_half *A, int64_t n, int64_t dim, const float *X, int64_t nq,
+                        float *out, int64_t ld) {
+#ifdef HM_HAVE_F16C_PATH
+    static int use_f16c = -1;  /* any thread may settle it; all get the same answer */
+    int f16c = __atomic_load_n(&use_f16c, __ATOMIC_RELAXED);
+    if (f16c < 0) {
+        __builtin_cpu_init();
+        f16c = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+        __atomic_store_n(&use_f16c, f16c, __ATOMIC_RELAXED);
+    }
+    if (f16c) { dots16_f16c(A, n, dim, X, nq, out, ld); return; }
+#endif
+    dots16_portable(A, n, dim, X, nq, out, ld);
+}
+
+static void dots16_chunk(void *ctx, int64_t lo, int64_t hi) {
+    const scan_job *j = (const scan_job *)ctx;
+    dots16_rows((const hm_half *)j->A + lo * j->dim, hi - lo, j->dim, j->X, j->nq, j->out + lo,
+                j->n);
+}
+
 static void dots16_batch(const hm_half *A, int64_t n, int64_t dim, const float *X, int64_t nq,
                          float *out) {
-#ifdef HM_HAVE_F16C_PATH
-    static int use_f16c = -1;
-    if (use_f16c < 0) {
-        __builtin_cpu_init();
-        use_f16c = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-    }
-    if (use_f16c) { dots16_f16c(A, n, dim, X, nq, out); return; }
-#endif
-    dots16_portable(A, n, dim, X, nq, out);
+    scan_job job = {A, n, dim, X, nq, out};
+    hm_parallel_rows(dots16_chunk, &job, n, (double)n * (double)dim * (double)nq);
 }
 
 HM_CLONES
@@ -1355,7 +1404,23 @@ typedef struct {
     double *x64;      /* [dim] */
     write_block *blk; /* NULL: every write scans */
     int64_t bj;       /* this write's index in the block */
+    struct write_ahead *ahead; /* the next block, scored by a helper meanwhile, or NULL */
 } write_scratch;
+
+/* The next block's scores, computed by a helper thread while this block's
+ * writes run (hm_rows_start). The helper reads rows the writes may be moving,
+ * so a score it computed for a row moved meanwhile can be stale or torn: such
+ * rows are listed (`moved`) and scored again once the helper is done, and a
+ * merge (rows shift) discards the whole block. Rows added meanwhile lie past
+ * L0 and are scored by block_scores like any block's. What reaches a write is
+ * therefore exactly what a scan would compute. */
+typedef struct write_ahead {
+    write_block blk;
+    int64_t first;    /* index of the block's first input in the call */
+    int running;      /* a helper job is scoring blk (hm_rows_finish pending) */
+    int64_t *moved;   /* rows below blk.L0 whose address changed since it started */
+    int64_t n_moved, max_moved;
+} write_ahead;
 
 /* How many writes a block scores together. While the address matrix fits in
  * the caches a block's pass is bound by arithmetic, and small blocks keep the
@@ -1385,19 +1450,13 @@ HM_INLINE const float *block_scores(const hm_state *s, write_scratch *w) {
     return sc;
 }
 
-/* A write changed a row's address: score it again for the block's later
- * inputs now, while the row is in cache (re-scoring the changed rows at each
- * later write instead reads them back from memory, which cost more than the
- * block's pass over the whole matrix once the block was large). */
-HM_INLINE void block_touch(const hm_state *s, write_scratch *w, int64_t row) {
-    write_block *b = w->blk;
-    if (!b || !b->valid || row >= b->L0) return;
-    int64_t d = s->dim, j = w->bj + 1;
-    const float *a = s->addresses + row * d;
-    /* Four later inputs at a time (one dot1 is a chain of dependent adds):
-     * dot4's lanes and order are dot1's, and q * a is a * q, so each score is
-     * bit-equal to dot1(a, d, q). */
+/* Score row `row` (address a) against inputs j0 .. nb - 1 of a block, four
+ * inputs at a time (one dot1 is a chain of dependent adds): dot4's lanes and
+ * order are dot1's, and q * a is a * q, so each score is bit-equal to
+ * dot1(a, d, q). */
+HM_INLINE void block_rescore(write_block *b, int64_t d, const float *a, int64_t row, int64_t j0) {
     float four[4];
+    int64_t j = j0;
     for (; j + 4 <= b->nb; j += 4) {
         dot4(b->Q + j * d, d, a, four, NULL);
         for (int u = 0; u < 4; u++) b->S[(j + u) * b->L0 + row] = four[u];
@@ -1405,8 +1464,25 @@ HM_INLINE void block_touch(const hm_state *s, write_scratch *w, int64_t row) {
     for (; j < b->nb; j++) b->S[j * b->L0 + row] = dot1(a, d, b->Q + j * d);
 }
 
+/* A write changed a row's address: score it again for the block's later
+ * inputs now, while the row is in cache (re-scoring the changed rows at each
+ * later write instead reads them back from memory, which cost more than the
+ * block's pass over the whole matrix once the block was large); and list it
+ * for the block being scored ahead. */
+HM_INLINE void block_touch(const hm_state *s, write_scratch *w, int64_t row) {
+    write_ahead *ahead = w->ahead;
+    if (ahead && ahead->running && row < ahead->blk.L0) {
+        if (ahead->n_moved < ahead->max_moved) ahead->moved[ahead->n_moved++] = row;
+        else ahead->blk.valid = 0;  /* more rows moved than listed: score the block anew */
+    }
+    write_block *b = w->blk;
+    if (!b || !b->valid || row >= b->L0) return;
+    block_rescore(b, s->dim, s->addresses + row * s->dim, row, w->bj + 1);
+}
+
 HM_INLINE void block_rows_moved(write_scratch *w) {
     if (w->blk) w->blk->valid = 0;
+    if (w->ahead) w->ahead->blk.valid = 0;
 }
 
 /* Ask for a row of n doubles ahead of its use. */
@@ -1562,7 +1638,9 @@ int hm_write(hm_state *s, const hm_config *c, const float *X, int64_t m, hm_writ
      * k * (block - 1) dot products a write, so a block needs rows enough
      * for that to stay well under a scan. */
     write_block blk;
+    write_ahead ahead;
     memset(&blk, 0, sizeof blk);
+    memset(&ahead, 0, sizeof ahead);
     int64_t bsize = write_block_size(s->size, d);
     if (m < bsize) bsize = m;
     if (ok && bsize >= 2 && s->capacity <= HM_WRITE_BLOCK_ROWS) {
@@ -1573,13 +1651,41 @@ int hm_write(hm_state *s, const hm_config *c, const float *X, int64_t m, hm_writ
     } else {
         bsize = 1;
     }
+    /* Several blocks: keep the scan helpers awake, and let one score each next
+     * block while this one's writes run (a block's writes touch k rows each;
+     * the list of rows to score again holds that many). */
+    int hold = ok && bsize >= 2 && m > bsize ? hm_parallel_hold() : 0;
+    if (hold) {
+        ahead.max_moved = kk * bsize;
+        ahead.blk.S = (float *)malloc((size_t)(bsize * s->capacity) * sizeof(float));
+        ahead.blk.Q = (float *)malloc((size_t)(bsize * d) * sizeof(float));
+        ahead.moved = (int64_t *)malloc((size_t)ahead.max_moved * sizeof(int64_t));
+    }
+    int use_ahead = hold && ahead.blk.S && ahead.blk.Q && ahead.moved;
+    scan_job ahead_job;
     if (ok) {
         w.tmp_c = w.tmp_a + d;
         w.x64 = w.tmp_a + 2 * d;
         w.blk = NULL;
+        w.ahead = NULL;
         for (int64_t vi = 0; vi < m;) {
             int64_t nb = m - vi < bsize ? m - vi : bsize;
-            if (nb >= 2 && bsize >= 2 && s->size >= HM_WRITE_BLOCK_MIN_ROWS
+            if (ahead.running) {  /* this block was scored ahead */
+                hm_rows_finish();
+                ahead.running = 0;
+                w.ahead = NULL;
+            }
+            if (ahead.blk.valid && ahead.first == vi && ahead.blk.nb == nb) {
+                write_block t = blk;  /* take the scores; the old buffers score the next */
+                blk = ahead.blk;
+                ahead.blk = t;
+                ahead.blk.valid = 0;
+                for (int64_t i = 0; i < ahead.n_moved; i++) {
+                    int64_t r = ahead.moved[i];
+                    block_rescore(&blk, d, s->addresses + r * d, r, 0);
+                }
+                w.blk = &blk;
+            } else if (nb >= 2 && bsize >= 2 && s->size >= HM_WRITE_BLOCK_MIN_ROWS
                     && s->size >= kk * (nb - 1)) {
                 blk.L0 = s->size;
                 blk.nb = nb;
@@ -1590,13 +1696,34 @@ int hm_write(hm_state *s, const hm_config *c, const float *X, int64_t m, hm_writ
             } else {
                 w.blk = NULL;
             }
+            int64_t next = vi + nb, nb2 = m - next < bsize ? m - next : bsize;
+            ahead.blk.valid = 0;
+            if (use_ahead && nb2 >= 2 && s->size >= HM_WRITE_BLOCK_MIN_ROWS
+                    && s->size >= kk * (nb2 - 1)) {
+                write_block *a = &ahead.blk;
+                a->L0 = s->size;
+                a->nb = nb2;
+                for (int64_t j = 0; j < nb2; j++) unit_query(X + (next + j) * d, d, a->Q + j * d);
+                scan_job job = {s->addresses, a->L0, d, a->Q, nb2, a->S};
+                ahead_job = job;
+                ahead.first = next;
+                ahead.n_moved = 0;
+                a->valid = 1;
+                ahead.running = hm_rows_start(dots_batch_chunk, &ahead_job, a->L0,
+                                              (double)a->L0 * (double)d * (double)nb2);
+                if (!ahead.running) a->valid = 0;  /* the pool was busy: score it when due */
+                w.ahead = ahead.running ? &ahead : NULL;
+            }
             for (int64_t j = 0; j < nb; j++, vi++) {
                 w.bj = j;
                 write_competitive(s, c, X + vi * d, vi, &w, log);
             }
         }
+        if (ahead.running) hm_rows_finish();
     }
+    hm_parallel_release(hold);
     free(blk.S); free(blk.Q);
+    free(ahead.blk.S); free(ahead.blk.Q); free(ahead.moved);
     act_free(&w.act); free(w.rows); free(w.sims); free(w.tmp_a);
     index_members(s);
     return ok ? HM_OK : HM_ERR_NOMEM;
