@@ -140,8 +140,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("old", help="the other build's _kernel*.so")
     ap.add_argument("--rounds", type=int, default=6, help="passes over the inputs (default 6)")
     ap.add_argument("--only", choices=("writes", "reads"), default=None)
+    ap.add_argument("--threads", type=int, nargs=2, metavar=("OLD", "NEW"), default=None,
+                    help="scan threads for each build (builds with set_threads only)")
     args = ap.parse_args(argv)
     old = load_old(args.old)
+    if args.threads:
+        for kernel, n in zip((old, new_kernel), args.threads):
+            if hasattr(kernel, "set_threads"):
+                kernel.set_threads(n)
+            elif n != 1:
+                raise SystemExit("--threads: the old build has no helper threads (use 1)")
     tally = Tally()
     if args.only in (None, "writes"):
         ab_writes(old, tally, args.rounds)

@@ -32,7 +32,11 @@ except ImportError:  # not installed: benchmark the working tree this suite live
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hopmem import Memory, MemoryConfig, Snapshot  # noqa: E402 (after the BLAS pin)
+from hopmem import Memory, MemoryConfig, Snapshot, set_threads  # noqa: E402 (after the BLAS pin)
+
+# One thread for the kernel's scans too: the comparison is per core, like the
+# peers' (helper threads are measured in store_bench.py and ab_kernel --threads).
+set_threads(1)
 
 DIMS = (128, 384)
 MODES = ("competitive", "plain")

@@ -343,6 +343,9 @@ def machine_info(original_threads: dict) -> list[str]:
             f" {info.get('num_threads')} thread(s) during the run"
             + (f", {default} by default" if default is not None else "")
             + f"; {Path(info.get('filepath', '')).name}")
+    kernel_threads = hopmem.get_threads()
+    lines.append(f"- hopmem kernel threads: {kernel_threads}"
+                 + (" (no helper threads)" if kernel_threads == 1 else ""))
     core = os.environ.get("OPENBLAS_CORETYPE")
     lines.append("- OPENBLAS_CORETYPE: " + (f"set, {core!r}" if core is not None else "not set"))
     others = [f"{k}={os.environ[k]}" for k in BLAS_ENV[1:] if k in os.environ]

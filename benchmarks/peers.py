@@ -14,8 +14,9 @@ d = 384, one query at a time:
   through apsw;
 * NumPy: ``M @ q`` and ``argpartition``.
 
-Every library is pinned to one thread (faiss ``omp_set_num_threads(1)``,
-hnswlib ``set_num_threads(1)``, BLAS through threadpoolctl). The contenders
+Every library is pinned to one thread (hopmem ``set_threads(1)``, faiss
+``omp_set_num_threads(1)``, hnswlib ``set_num_threads(1)``, BLAS through
+threadpoolctl). The contenders
 take turns query by query (round robin, the starting one rotating), so a
 burst of load on a shared machine hits all of them alike. Latency is the
 median (and p90) over the queries; recall@10 is against an exact float64
@@ -38,7 +39,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from hopmem import Memory
+from hopmem import Memory, set_threads
 from hopmem.resolution import VectorIndex
 
 from .experiments import _common as C
@@ -353,6 +354,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     from threadpoolctl import threadpool_limits
 
+    set_threads(1)  # like every contender: one thread
     sizes = [(10_000, 300)] if args.quick else [(10_000, 1000), (100_000, 300)]
     hop_sizes = [(1_000, 100)] if args.quick else [(1_000, 300), (10_000, 100)]
     start = time.perf_counter()
