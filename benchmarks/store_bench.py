@@ -8,7 +8,8 @@ Rows:
   d = 128, without and with metadata, and with ``synchronous="full"``;
 - batches of 100 vectors (vectors per second from the median batch), and
   at d = 384 a sustained run of batches (total vectors over total time,
-  location checkpoints included);
+  location checkpoints included) and batches with the kernel on one thread
+  against its default thread count, interleaved pair by pair;
 - reopening a collection of N written vectors (default 100,000; open +
   ``db.collection``), after a clean close and after a simulated crash (the
   files copied while open, so the journal tail since the last checkpoint must
@@ -169,6 +170,42 @@ def bench_writes(tmp: str, dim: int, singles: int, batches: int, sync: str = "no
     if with_full:
         rows += bench_writes(tmp, dim, singles, 0, sync="full")
     return rows
+
+
+def bench_threads(tmp: str, dim: int, batches: int) -> Row | None:
+    """Durable batches of 100 with the kernel on one thread and on its default, interleaved.
+
+    One collection, prefilled like the batch rows'; each pair of batches is
+    written once with ``set_threads(1)`` and once with the default, the order
+    flipping every pair, so the host's speed changes hit both alike (the
+    state is the same bits either way). None when the default is one thread.
+    """
+    default = hopmem.get_threads()
+    if default == 1:
+        return None
+    data = Data(dim, seed=2)
+    path = os.path.join(tmp, f"threads{dim}.hopmem")
+    one, many = [], []
+    with hopmem.open(path, dim=dim) as db:
+        coll = db.collection("bench")
+        for _ in range(20):
+            coll.write(data(100))
+        try:
+            for i in range(batches):
+                for n in ((1, default) if i % 2 else (default, 1)):
+                    hopmem.set_threads(n)
+                    X = data(100)
+                    w = time.perf_counter()
+                    coll.write(X)
+                    (one if n == 1 else many).append(time.perf_counter() - w)
+        finally:
+            hopmem.set_threads(default)
+        locations = len(coll)
+    ratio = med([m / o for o, m in zip(one, many)])
+    return Row(f"batch of 100, 1 kernel thread / {default} (interleaved)", dim,
+               f"{locations}", f"{100 / med(one):,.0f} vec/s", "", "",
+               f"{default} threads: {100 / med(many):,.0f} vec/s; paired time ratio "
+               f"{default}/1 = {ratio:.2f}")
 
 
 def bench_sustained(tmp: str, dim: int, batches: int) -> Row:
@@ -503,6 +540,9 @@ def main(argv: list[str] | None = None) -> None:
             return
         rows = design_comparison(tmp)
         rows += bench_writes(tmp, 384, singles, batches, with_full=True)
+        threads_row = bench_threads(tmp, 384, batches)
+        if threads_row is not None:
+            rows.append(threads_row)
         rows.append(bench_sustained(tmp, 384, 60 if args.quick else 200))
         rows += bench_writes(tmp, 128, singles, batches)
         rows.append(Row("HeatherDB (published)", 128, "", f"{HEATHERDB['single_ms']} ms single",

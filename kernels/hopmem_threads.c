@@ -1,11 +1,15 @@
 /* hopmem helper threads: see hopmem_threads.h for the contract.
  *
- * One pool, one scan at a time. A scan publishes its job under the mutex and
- * wakes the helpers; every thread, the caller included, then claims chunks of
- * rows from one atomic counter until none are left, so a helper that wakes
- * late (or never, on a busy host) only means the caller does more chunks.
- * The caller then closes the job and waits until no helper is inside it, so
- * no helper can touch the job's buffers after hm_parallel_rows returns.
+ * One pool, one scan at a time (the `busy` flag; a scan that finds it taken
+ * runs alone). A scan publishes its job in one atomic word and wakes the
+ * helpers that sleep; every thread, the caller included, then claims chunks
+ * of rows from one atomic counter until none are left, so a helper that
+ * wakes late (or never, on a busy host) only means the caller does more
+ * chunks. The caller then closes the job and waits until no helper is inside
+ * it, so no helper touches the job's buffers after hm_rows_finish returns.
+ * Helpers sleep on a condition variable between scans, or spin while a batch
+ * write holds them (hm_parallel_hold), since waking takes tens of
+ * microseconds on a VM.
  */
 #include "hopmem_threads.h"
 
@@ -73,7 +77,7 @@ static int inside;            /* helpers inside the current scan */
 static int busy;              /* a scan holds the pool */
 static int held;              /* hm_parallel_hold() calls in force: helpers spin, not sleep */
 static int sleepers;          /* helpers asleep on `wake` */
-static int started;           /* helpers created (they never exit); under `mu` */
+static int started;           /* helpers created (they never exit); changed under `mu` */
 static hm_rows_fn job_fn;     /* the current scan, stable while its word is odd */
 static void *job_ctx;
 static int64_t job_n, job_chunk;
@@ -105,18 +109,22 @@ static inline int is_new_job(uint64_t word, uint64_t seen) {
     return (word & 1) && word != seen;
 }
 
-/* Wait for a new job: spinning while a hold is in force, asleep otherwise. */
-static uint64_t wait_for_job(uint64_t seen) {
+/* Whether helper `index` is among the threads in use (hm_set_threads). */
+static inline int in_use(int index) { return index + 1 < hm_get_threads(); }
+
+/* Wait for a new job: spinning while a hold is in force (and this helper is
+ * in use), asleep otherwise. */
+static uint64_t wait_for_job(uint64_t seen, int index) {
     for (;;) {
         uint64_t word = LOAD(&job_word);
         if (is_new_job(word, seen)) return word;
-        if (LOAD(&held) > 0) {
+        if (LOAD(&held) > 0 && in_use(index)) {
             cpu_relax();
             continue;
         }
         pthread_mutex_lock(&mu);
         __atomic_add_fetch(&sleepers, 1, __ATOMIC_SEQ_CST);
-        while (!is_new_job(LOAD(&job_word), seen) && LOAD(&held) == 0)
+        while (!is_new_job(LOAD(&job_word), seen) && !(LOAD(&held) > 0 && in_use(index)))
             pthread_cond_wait(&wake, &mu);
         __atomic_sub_fetch(&sleepers, 1, __ATOMIC_SEQ_CST);
         pthread_mutex_unlock(&mu);
@@ -130,9 +138,9 @@ static void *helper_main(void *arg) {
     pthread_sigmask(SIG_BLOCK, &all, NULL);  /* signals go to the interpreter's threads */
     uint64_t seen = LOAD(&job_word);
     for (;;) {
-        uint64_t word = wait_for_job(seen);
+        uint64_t word = wait_for_job(seen, index);
         seen = word;
-        if (index + 1 >= hm_get_threads()) continue;  /* lowered by hm_set_threads */
+        if (!in_use(index)) continue;  /* lowered by hm_set_threads */
         __atomic_add_fetch(&inside, 1, __ATOMIC_SEQ_CST);
         if (LOAD(&job_word) == word)  /* still open: the caller waits for us */
             run_chunks(job_fn, job_ctx, job_n, job_chunk);
