@@ -59,7 +59,8 @@ def expected_documents(writer, count: int) -> list:
 def test_sigkill_at_random_moments_loses_no_acknowledged_write(tmp_path):
     writer = _load_writer()
     path = str(tmp_path / "crash.hopmem")
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               HOPMEM_THREADS="3", HOPMEM_CRASH_SHARE_SCANS="1")  # helper threads at work too
     rnd = random.Random(int(os.environ.get("HOPMEM_CRASH_SEED", "12345")))
     target_kills = int(os.environ.get("HOPMEM_CRASH_KILLS", "18"))
     deadline = time.monotonic() + float(os.environ.get("HOPMEM_CRASH_SECONDS", "30"))
