@@ -629,3 +629,29 @@ def test_all_finite_is_numpys(n, specials, seed):
         if pos < n:
             x[pos] = value
     assert _kernel.all_finite(x) == bool(np.isfinite(x).all())
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.integers(-2**63, 2**63 - 1), max_size=70),
+                          st.lists(st.integers(0, 40), max_size=3)), max_size=12),
+       st.booleans())
+def test_posting_lists_are_numpys_unique(pairs, strided):
+    # The store's posting lists (a write's touched and created ids, sorted and
+    # unique) from the kernel's loop, against NumPy; past 64 ids it takes NumPy's path.
+    def as_array(values):
+        a = np.asarray(values, dtype=np.int64)
+        if strided and len(a):  # a view with a stride, as a column of a log would be
+            wide = np.zeros((len(a), 2), np.int64)
+            wide[:, 0] = a
+            return wide[:, 0]
+        return a
+
+    touched = [as_array(t) for t, _ in pairs]
+    created = [as_array(c) for _, c in pairs]
+    lists, blobs = _kernel.posting_lists(touched, created)
+    for t, c, got, blob in zip(touched, created, lists, blobs, strict=True):
+        want = np.unique(np.concatenate([t, c]))
+        assert got == want.tolist()
+        np.testing.assert_array_equal(np.frombuffer(blob, "<i8"), want)
+    with pytest.raises(ValueError, match="one array per vector"):
+        _kernel.posting_lists(touched, created + [np.zeros(1, np.int64)])

@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import struct
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -42,6 +41,7 @@ from ..resolution import (
     resolve_exact,
     resolve_indexed,
 )
+from .._kernel import posting_lists
 from .._state import Snapshot
 from . import _engine, journal
 from ._sqlite import map_errors
@@ -113,19 +113,6 @@ def _encode_metadata(metadata: Any, n: int, single: bool) -> list[str] | None:
             raise InvalidInput(f"{where}: expected a JSON value, got {type(item).__name__} "
                                f"({exc})") from None
     return out
-
-
-def _posting_list(result: WriteResult, i: int) -> list[int]:
-    """``result.postings(i)`` (ids vector ``i`` touched or created, sorted, unique), cheaper
-    for the ~k ids of one vector than NumPy's unique."""
-    ids = set(result.touched[i].tolist())
-    ids.update(result.created[i].tolist())
-    return sorted(ids)
-
-
-def _int64s(values: list[int]) -> bytes:
-    """Little-endian int64 bytes (a posting list as stored)."""
-    return struct.pack(f"<{len(values)}q", *values)
 
 
 def _opaque_json(value: Any, what: str) -> str | None:
@@ -362,8 +349,8 @@ class Collection:
                                 self._cid, seq, KIND_WRITE, n, blob, after[0], after[1], after[2],
                                 after[3], journal.to_signed64(after[4]), crc, now)).lastrowid
                             if metas is not None:
-                                postings = [_posting_list(result, i) for i in range(n)]
-                                self._insert_documents(conn, jid, first_id, metas, now, postings)
+                                postings, blobs = posting_lists(result.touched, result.created)
+                                self._insert_documents(conn, jid, first_id, metas, now, blobs)
                             self._log_merges(conn, seq, result.merges)
                     except BaseException as exc:
                         committed = self._recover_locked(seq)
@@ -388,12 +375,14 @@ class Collection:
                                  ids=ids, seq=seq)
 
     def _insert_documents(self, conn, jid: int, first_id: int, metas: list[str], now: float,
-                          postings: list[list[int]]) -> None:
+                          postings: list[bytes]) -> None:
+        """Insert the batch's documents; ``postings[i]``: document i's posting list as stored
+        (little-endian int64 location ids)."""
         cid = self._cid
         conn.executemany(
             "INSERT INTO documents (cid, doc_id, jid, pos, metadata, created_at, locations) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [(cid, first_id + i, jid, i, m, now, _int64s(postings[i]))
+            [(cid, first_id + i, jid, i, m, now, postings[i])
              for i, m in enumerate(metas)])
         conn.execute("UPDATE collections SET next_doc_id = ? WHERE cid = ?",
                      (first_id + len(metas), cid))
