@@ -176,17 +176,17 @@ static int start_helpers(int want) {
     pthread_mutex_lock(&mu);
     if (!atfork_registered && pthread_atfork(NULL, NULL, after_fork_child) == 0)
         atfork_registered = 1;
-    while (atfork_registered && started < want) {
+    int n = __atomic_load_n(&started, __ATOMIC_RELAXED);
+    while (atfork_registered && n < want) {
         pthread_t t;
         pthread_attr_t attr;
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        int rc = pthread_create(&t, &attr, helper_main, (void *)(intptr_t)started);
+        int rc = pthread_create(&t, &attr, helper_main, (void *)(intptr_t)n);
         pthread_attr_destroy(&attr);
         if (rc != 0) break;  /* run with the helpers there are */
-        started++;
+        __atomic_store_n(&started, ++n, __ATOMIC_RELAXED);  /* read outside `mu` too */
     }
-    int n = started;
     pthread_mutex_unlock(&mu);
     return n;
 }

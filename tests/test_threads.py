@@ -211,3 +211,30 @@ def test_the_environment_sets_the_default():
     assert "HOPMEM_THREADS" in bad.stderr and "'many'" in bad.stderr
     unset = _import_with("")  # empty: the CPUs this process may use, at most 4
     assert unset.stdout.strip() == str(max(1, min(4, len(os.sched_getaffinity(0)))))
+
+
+def test_the_pool_is_race_free_under_threadsanitizer(tmp_path):
+    # The pool's protocol (one atomic job word, a count of helpers inside,
+    # spinning holds, sleeping helpers) stressed from three caller threads
+    # in C, with ThreadSanitizer watching every access.
+    import shutil
+
+    cc = shutil.which("gcc") or shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    exe = tmp_path / "pool_stress"
+    kernels = os.path.join(ROOT, "kernels")
+    build = subprocess.run(
+        [cc, "-O1", "-g", "-std=gnu99", "-fsanitize=thread", f"-I{kernels}",
+         os.path.join(ROOT, "tests", "c", "pool_stress.c"),
+         os.path.join(kernels, "hopmem_threads.c"), "-pthread", "-o", str(exe)],
+        capture_output=True, text=True, timeout=120)
+    if build.returncode != 0:
+        pytest.skip(f"cannot build with -fsanitize=thread: {build.stderr[-300:]}")
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, TSAN_OPTIONS="halt_on_error=1 exitcode=66"))
+    if run.returncode != 0 and "FATAL: ThreadSanitizer" in run.stderr:
+        pytest.skip(f"ThreadSanitizer cannot run here: {run.stderr[-300:]}")
+    assert "ThreadSanitizer" not in run.stderr, run.stderr[-3000:]
+    assert run.returncode == 0, run.stdout + run.stderr[-2000:]
+    assert "failures 0" in run.stdout
