@@ -9,7 +9,9 @@
 /* Function multi-versioning: an AVX2 clone of the scan loops, chosen at load
  * time, with the portable default beside it. -ffp-contract=off (setup.py) keeps
  * both clones bit-identical. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) \
+    && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+/* (not under a sanitizer: its runtime is not up yet when the clones are resolved) */
 #define HM_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define HM_CLONES
