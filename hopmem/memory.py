@@ -3,7 +3,9 @@
 This module validates input, holds the state and its lock, and hands the hot
 loops to the compiled kernel (``hopmem._kernel``), or to the NumPy reference
 when ``backend="reference"`` (the oracle the tests compare against; slow).
-It is the only importer of the kernel.
+The engine's calls into the kernel all go through here; elsewhere only the
+state's half-precision conversion (``hopmem._state``), the thread settings
+(``hopmem.threads``) and the store's posting lists use it directly.
 """
 
 from __future__ import annotations
@@ -219,7 +221,7 @@ class _NativeEngine:
     name = "native"
 
     def __init__(self) -> None:
-        from . import _kernel  # the only import of the compiled module
+        from . import _kernel  # the engine's calls into the compiled module
         self._k = _kernel
 
     def prepare(self, cfg: MemoryConfig):
