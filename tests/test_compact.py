@@ -85,10 +85,17 @@ def test_half_document_search_equals_float32_search(seed, n, dim, k, duplicates,
     np.testing.assert_array_equal(exact_scores, half_scores)
     if spread < 1.0:
         return  # near-ties: NumPy's own unit query may round differently
-    # ... and the same ranking as the plain float32 scan of unit queries.
+    # ... and the same ranking as the plain float32 scan of unit queries, up to
+    # near-ties: NumPy's unit query may round differently from the kernel's, so
+    # two rows whose scores differ by float32 rounding may swap (about once in
+    # a few dozen runs of this test). The score at every rank must agree.
     unit = Q / np.linalg.norm(Q, axis=1, keepdims=True)
     rows, _ = top_k_dot(M, unit.astype(np.float32), k)
-    np.testing.assert_array_equal(rows, exact_rows)
+    scores64 = M.astype(np.float64) @ unit.astype(np.float64).T  # (n, queries)
+    for j in range(len(Q)):
+        np.testing.assert_allclose(scores64[rows[j], j], scores64[exact_rows[j], j],
+                                   rtol=0, atol=1e-6)
+    assert (rows != exact_rows).mean() < 0.05
 
 
 def test_compact_option_is_validated():
