@@ -25,30 +25,28 @@ datadir
 
 Measured
 --------
-``benchmarks/store_bench.py`` on 2 shared CPUs (load ~3: wall times are noisy,
-the CPU column is the steadier one); default config, clustered data, the
-collection pre-filled with 2,000 vectors::
+``benchmarks/store_bench.py`` on 2 shared CPUs (load ~1, the kernel on its
+default 2 threads), default config, clustered data, the collection pre-filled
+with 2,000 vectors; run 51, with the ranges of runs 40-51 in
+``docs/store.md``::
 
-    measure                                   wall         CPU         engine alone
-    single durable write, d=384 (826 loc.)    0.155 ms     0.155 ms    0.076 ms
-      ... with metadata                       0.35 ms      0.35 ms     0.12 ms
-      ... synchronous="full"                  0.49 ms      0.31 ms     0.075 ms
-    batch of 100, d=384 (1,481 loc.)          6.2k vec/s   12.0k vec/s 13.7k vec/s
-    batch of 100, d=128 (2,193 loc.)          26.9k vec/s  26.9k vec/s 26.8k vec/s
+    measure                                   wall (run 51)   runs 40-51
+    single durable write, d=384 (826 loc.)    0.236 ms        0.15-0.26 ms
+    batch of 100, d=384 (1,481 loc.)          30.4k vec/s     22.3-42.7k vec/s
+      ... with metadata (2,131 loc.)          18.9k vec/s     16.2-23.9k vec/s
+    batch of 100, d=128 (2,193 loc.)          60.1k vec/s     48-75k vec/s
     HeatherDB, published, d=128               3.7 ms single; 0.12 ms/vector in batches of 100
-    reopen after 100,000 writes (17,466 loc.) 0.78 s       0.54 s      (clean close)
-    first document query after that reopen    0.99 s       0.60 s      (loads the indexes)
-    document query over 100,000 docs          indexed 3.5 ms, exact 14 ms
-    disk per written vector, d=384            2,571 B with metadata (1,536 B vector,
-                                              172 B document, 808 B checkpoint share);
-                                              1,560 B without metadata or checkpoint
+    reopen after 100,000 writes (17,466 loc.) 0.215 s         0.19-0.30 s (clean close)
+      ... in a fresh process                  0.078 s         0.053-0.078 s
+      ... after a crash (10 entries replayed) 0.306 s         0.25-0.44 s
+    disk per written vector, d=384            2,578 B with metadata (1,536 B vector,
+                                              172 B document, 808 B checkpoint share)
 
 The write paths are bound by the engine (its cost grows with the number of
-locations); the store adds ~0.08 ms per single write, ~10-15 % to a batch
-without metadata and ~35-40 % with metadata. Reopening after a crash replays
-the journal since the last checkpoint at the engine's speed (1,000 vectors at
-17,466 locations: 5 s wall), bounded by the checkpoint policy (see
-:mod:`hopmem.store.database`).
+locations); the store adds 0.3-0.6 ms to a batch of 100 without metadata and
+1.2-2.2 ms with it (the document rows and their JSON). Reopening after a crash
+replays the journal since the last checkpoint at the engine's speed, bounded
+by the checkpoint policy (see :mod:`hopmem.store.database`).
 """
 
 from __future__ import annotations
