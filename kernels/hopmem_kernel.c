@@ -1664,7 +1664,7 @@ int hm_write(hm_state *s, const hm_config *c, const float *X, int64_t m, hm_writ
         ahead.moved = (int64_t *)malloc((size_t)ahead.max_moved * sizeof(int64_t));
     }
     int use_ahead = hold && ahead.blk.S && ahead.blk.Q && ahead.moved;
-    scan_job ahead_job;
+    scan_job ahead_job;  /* the helper's job: lives until hm_rows_finish */
     if (ok) {
         w.tmp_c = w.tmp_a + d;
         w.x64 = w.tmp_a + 2 * d;
@@ -1706,8 +1706,7 @@ int hm_write(hm_state *s, const hm_config *c, const float *X, int64_t m, hm_writ
                 a->L0 = s->size;
                 a->nb = nb2;
                 for (int64_t j = 0; j < nb2; j++) unit_query(X + (next + j) * d, d, a->Q + j * d);
-                scan_job job = {s->addresses, a->L0, d, a->Q, nb2, a->S};
-                ahead_job = job;
+                ahead_job = (scan_job){s->addresses, a->L0, d, a->Q, nb2, a->S};
                 ahead.first = next;
                 ahead.n_moved = 0;
                 a->valid = 1;
