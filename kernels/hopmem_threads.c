@@ -31,12 +31,20 @@ void hm_set_split(double unheld, double held, double chunk) {
     chunk_work = chunk;
 }
 
-int hm_get_threads(void) { return __atomic_load_n(&threads_wanted, __ATOMIC_RELAXED); }
+#if defined(__GNUC__)
+#define RELAXED_LOAD(p) __atomic_load_n(p, __ATOMIC_RELAXED)
+#define RELAXED_STORE(p, v) __atomic_store_n(p, v, __ATOMIC_RELAXED)
+#else  /* other compilers build the single-threaded twin below: plain accesses */
+#define RELAXED_LOAD(p) (*(p))
+#define RELAXED_STORE(p, v) (*(p) = (v))
+#endif
+
+int hm_get_threads(void) { return RELAXED_LOAD(&threads_wanted); }
 
 int hm_set_threads(int n) {
     if (n < 1) n = 1;
     if (n > HM_MAX_THREADS) n = HM_MAX_THREADS;
-    __atomic_store_n(&threads_wanted, n, __ATOMIC_RELAXED);
+    RELAXED_STORE(&threads_wanted, n);
     return n;
 }
 
