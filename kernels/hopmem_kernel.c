@@ -1656,7 +1656,8 @@ int hm_write(hm_state *s, const hm_config *c, const float *X, int64_t m, hm_writ
     /* Several blocks: keep the scan helpers awake, and let one score each next
      * block while this one's writes run (a block's writes touch k rows each;
      * the list of rows to score again holds that many). */
-    int hold = ok && bsize >= 2 && m > bsize ? hm_parallel_hold() : 0;
+    int hold = ok && bsize >= 2 && m > bsize && s->size >= HM_WRITE_BLOCK_MIN_ROWS
+                   ? hm_parallel_hold((double)s->size * (double)d * (double)bsize) : 0;
     if (hold) {
         ahead.max_moved = kk * bsize;
         ahead.blk.S = (float *)malloc((size_t)(bsize * s->capacity) * sizeof(float));

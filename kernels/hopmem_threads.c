@@ -64,7 +64,7 @@ int hm_rows_start(hm_rows_fn fn, void *ctx, int64_t n, double work) {
 
 void hm_rows_finish(void) {}
 
-int hm_parallel_hold(void) { return 0; }
+int hm_parallel_hold(double work) { (void)work; return 0; }
 void hm_parallel_release(int held) { (void)held; }
 
 #else
@@ -206,8 +206,8 @@ static int helpers_ready(void) {
     return have >= helpers ? have : start_helpers(helpers);
 }
 
-int hm_parallel_hold(void) {
-    if (!helpers_ready()) return 0;
+int hm_parallel_hold(double work) {
+    if (work < min_work_held || !helpers_ready()) return 0;
     __atomic_add_fetch(&held, 1, __ATOMIC_SEQ_CST);
     wake_helpers();
     return 1;

@@ -33,9 +33,11 @@ void hm_rows_finish(void);
 /* Keep the helpers awake (spinning) between scans until the matching
  * release: for a run of scans a few hundred microseconds apart, such as a
  * batch write's blocks, where waking a sleeping helper for each scan costs
- * about what its share of the scan saves. Returns whether a hold was taken
- * (pass that to the release). Holds nest. */
-int hm_parallel_hold(void);
+ * about what its share of the scan saves. `work`: the multiply-adds of one
+ * of those scans; below the held threshold no hold is taken (the scans would
+ * not be shared). Returns whether a hold was taken (pass that to the
+ * release). Holds nest. */
+int hm_parallel_hold(double work);
 void hm_parallel_release(int held);
 
 /* Threads to use, the caller included (1: no helpers). Clamped to

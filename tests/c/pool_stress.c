@@ -26,7 +26,7 @@ static void *caller(void *arg) {
     int64_t n = 1000 + id * 37;
     int64_t *out = malloc(sizeof(int64_t) * n);
     for (int r = 0; r < 3000; r++) {
-        int hold = (r % 7 == 0) ? hm_parallel_hold() : 0;
+        int hold = (r % 7 == 0) ? hm_parallel_hold(1e7) : 0;
         for (int k = 0; k < 3; k++) {
             memset(out, 0xff, sizeof(int64_t) * n);
             job j = {out, id * 100000 + r * 10 + k};
