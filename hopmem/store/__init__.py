@@ -27,13 +27,13 @@ Measured
 --------
 ``benchmarks/store_bench.py`` on 2 shared CPUs (load ~1, the kernel on its
 default 2 threads), default config, clustered data, the collection pre-filled
-with 2,000 vectors; run 51, with the ranges of runs 40-51 in
+with 2,000 vectors; run 51, with the ranges of runs 40-52 in
 ``docs/store.md``::
 
-    measure                                   wall (run 51)   runs 40-51
+    measure                                   wall (run 51)   runs 40-52
     single durable write, d=384 (826 loc.)    0.236 ms        0.15-0.26 ms
     batch of 100, d=384 (1,481 loc.)          30.4k vec/s     22.3-42.7k vec/s
-      ... with metadata (2,131 loc.)          18.9k vec/s     16.2-23.9k vec/s
+      ... with metadata (2,131 loc.)          18.9k vec/s     15.5-23.9k vec/s
     batch of 100, d=128 (2,193 loc.)          60.1k vec/s     48-75k vec/s
     HeatherDB, published, d=128               3.7 ms single; 0.12 ms/vector in batches of 100
     reopen after 100,000 writes (17,466 loc.) 0.215 s         0.19-0.30 s (clean close)
