@@ -25,6 +25,7 @@ cdef extern from "hopmem_threads.h" nogil:
     double HM_PARALLEL_MIN_WORK
     double HM_PARALLEL_MIN_WORK_HELD
     double HM_CHUNK_WORK
+    int HM_MAX_THREADS
 
 
 cdef extern from "hopmem_kernel.h" nogil:
@@ -644,6 +645,9 @@ def posting_lists(list touched, list created):
 
 
 _LITTLE_ENDIAN = sys.byteorder == "little"
+
+
+MAX_THREADS = HM_MAX_THREADS
 
 
 def set_threads(int n):

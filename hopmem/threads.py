@@ -22,7 +22,7 @@ from .errors import InvalidConfig, InvalidInput
 
 __all__ = ["set_threads", "get_threads", "default_threads", "MAX_THREADS", "MAX_DEFAULT"]
 
-MAX_THREADS = 16
+MAX_THREADS: int = _kernel.MAX_THREADS
 """The most threads a scan may use (the kernel's HM_MAX_THREADS)."""
 
 MAX_DEFAULT = 4
