@@ -24,7 +24,8 @@ from ..gates import Gate, auc, calibrate as _calibrate_scores
 from .config import MODES, RecallConfig
 from .recall import RecallMixin
 from .results import Selection
-from .verdict import MODE_FEATURES, VerdictModel, default_model, features_for, fit_model, select_gates
+from .verdict import (MODE_FEATURES, VerdictModel, cross_fitted_log_odds, default_model, features_for, fit_model,
+                      select_gates)
 
 __all__ = ["CalibrationMixin"]
 
@@ -124,28 +125,40 @@ class CalibrationMixin(RecallMixin):
     @staticmethod
     def _fit_verdict(mode: str, rel: list[Selection], unrel: list[Selection], error_budget: float,
                      holdout_fraction: float, seed: int, n: int, config: RecallConfig) -> tuple[VerdictModel, Gate]:
-        """The verdict model and the gate on its log-odds, both fitted on the same fitting part."""
+        """The verdict model, fitted on the fitting part, and the gate on that part's out-of-fold log-odds."""
         rng = np.random.default_rng(seed)
         rel_fit, rel_held = _split(rel, holdout_fraction, rng)
         unrel_fit, unrel_held = _split(unrel, holdout_fraction, rng)
         rel_features = [s.features for s in rel_fit if s.features]
         unrel_features = [s.features for s in unrel_fit if s.features]
         if rel_features and unrel_features:
-            model = fit_model(features_for(mode, config), rel_features, unrel_features)
-        else:
+            features = features_for(mode, config)
+            model = fit_model(features, rel_features, unrel_features)
+            rel_scores, unrel_scores = cross_fitted_log_odds(features, rel_features, unrel_features, seed=seed)
+        else:  # nothing to fit: the default model never saw these queries, so its log-odds are fair
             model = default_model(mode, config)
+            rel_scores = [model.log_odds(f) for f in rel_features]
+            unrel_scores = [model.log_odds(f) for f in unrel_features]
+
+        def in_place(sels: list[Selection], scores: Iterable[float]) -> np.ndarray:
+            """``scores`` (one per query with features, in order) with NO_CANDIDATES for the queries without."""
+            values = iter(scores)
+            return np.array([next(values) if s.features else NO_CANDIDATES["model"] for s in sels])
 
         def log_odds(sels: list[Selection]) -> np.ndarray:
-            return np.array([model.log_odds(s.features) if s.features else NO_CANDIDATES["model"] for s in sels])
+            return in_place(sels, [model.log_odds(s.features) for s in sels if s.features])
 
-        gate = _calibrate_scores(log_odds(rel_fit), log_odds(unrel_fit), error_budget, holdout_fraction=0.0,
+        rel_fit_scores, unrel_fit_scores = in_place(rel_fit, rel_scores), in_place(unrel_fit, unrel_scores)
+        gate = _calibrate_scores(rel_fit_scores, unrel_fit_scores, error_budget, holdout_fraction=0.0,
                                  seed=seed, writes=n, locations=n)
         if rel_held and unrel_held:
             # as hopmem.gates.calibrate reports them: counts and AUC over every score, figures held out
+            rel_held_scores, unrel_held_scores = log_odds(rel_held), log_odds(unrel_held)
             gate = replace(gate, n_relevant=len(rel), n_irrelevant=len(unrel),
-                           auc=auc(log_odds(rel), log_odds(unrel)),
-                           holdout_coverage=float(np.mean(log_odds(rel_held) >= gate.tau)),
-                           holdout_error_rate=float(np.mean(log_odds(unrel_held) >= gate.tau)))
+                           auc=auc(np.concatenate([rel_fit_scores, rel_held_scores]),
+                                   np.concatenate([unrel_fit_scores, unrel_held_scores])),
+                           holdout_coverage=float(np.mean(rel_held_scores >= gate.tau)),
+                           holdout_error_rate=float(np.mean(unrel_held_scores >= gate.tau)))
         return model, gate
 
     def set_gates(self, gates: Mapping[str, Gate | None], band_gates: Mapping[str, Gate] | None = None,

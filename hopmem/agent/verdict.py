@@ -24,8 +24,9 @@ Two questions, two gates (:class:`hopmem.gates.Gate`):
      how much such a plateau says instead.
 
    :meth:`~hopmem.agent.AgentMemory.calibrate` fits the model (L2-regularised
-   logistic regression on standardised features) and then the gate's ``tau``
-   on its log-odds, both on the same held-out queries. Until then the
+   logistic regression on standardised features) on held-out queries, and the
+   gate's ``tau`` on those queries' out-of-fold log-odds
+   (:func:`cross_fitted_log_odds`), so that the error budget holds for new queries. Until then the
    :data:`DEFAULT_MODELS` (fitted on the development conversations,
    ``benchmarks/agent_eval/dev_conversations.json``, with all-MiniLM-L6-v2) and
    the strict :data:`DEFAULT_GATES` apply. With ``verdict = "grounding"`` (and
@@ -52,7 +53,8 @@ from .evidence import Evidence
 
 __all__ = ["DEFAULT_GATES", "DEFAULT_BAND_GATES", "DEFAULT_MODELS", "GROUNDING_DEFAULT_GATES", "OTHER_DEFAULTS",
            "VERDICT_FEATURES", "CROWD_COSINE", "MARGIN_NEIGHBOURS",
-           "MODE_FEATURES", "VerdictModel", "Verdict", "default_model", "features_for", "fit_model", "margin",
+           "MODE_FEATURES", "CROSS_FIT_FOLDS", "VerdictModel", "Verdict", "default_model", "features_for", "fit_model",
+           "cross_fitted_log_odds", "margin",
            "verdict_features", "grounding_statistic", "select_gates",
            "gate_note", "decide", "admit", "abstention_reason", "admission_reason"]
 
@@ -60,6 +62,8 @@ __all__ = ["DEFAULT_GATES", "DEFAULT_BAND_GATES", "DEFAULT_MODELS", "GROUNDING_D
 MARGIN_NEIGHBOURS = 10
 #: ``crowd`` counts the next :data:`MARGIN_NEIGHBOURS` - 1 nearest entries within this cosine of the nearest.
 CROWD_COSINE = 0.05
+#: Folds for the out-of-fold log-odds that :meth:`~hopmem.agent.AgentMemory.calibrate` fits a gate on.
+CROSS_FIT_FOLDS = 5
 #: Which verdict features each mode can compute.
 MODE_FEATURES: Mapping[str, frozenset[str]] = {
     "hybrid": frozenset({"evidence", "novelty", "crowd", *MARGIN_FEATURES}),
@@ -147,6 +151,46 @@ def fit_model(features: Sequence[str], relevant: Sequence[Mapping[str, float]],
     return VerdictModel(features=tuple(features), weights=tuple(float(x) for x in weights), intercept=intercept)
 
 
+def cross_fitted_log_odds(features: Sequence[str], relevant: Sequence[Mapping[str, float]],
+                          irrelevant: Sequence[Mapping[str, float]], *, folds: int = CROSS_FIT_FOLDS,
+                          seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Out-of-fold log-odds: each query scored by a model (:func:`fit_model`) fitted without it.
+
+    The log-odds a model gives the queries it was fitted on are optimistic:
+    the fit pushes exactly those unanswerable queries down, so a threshold
+    chosen on them lets more new ones through than its error budget says.
+    Scored out of fold, each query looks to its model like a new one.
+
+    Folds are stratified: each group is shuffled (``numpy.random.default_rng(seed)``,
+    relevant first) and dealt round-robin into ``k = min(folds, len(relevant),
+    len(irrelevant))`` folds, so every fold, and what is fitted without it, holds
+    both kinds of query. With ``k < 2`` (a group of one) there is nothing to
+    hold out: the in-sample log-odds of the model fitted on everything are
+    returned. Returns ``(relevant_log_odds, irrelevant_log_odds)`` in input order.
+    """
+    if len(relevant) < 1 or len(irrelevant) < 1:
+        raise InvalidInput("cross_fitted_log_odds: expected at least one relevant and one irrelevant query")
+    k = min(int(folds), len(relevant), len(irrelevant))
+    if k < 2:
+        model = fit_model(features, relevant, irrelevant)
+        return (np.array([model.log_odds(v) for v in relevant]),
+                np.array([model.log_odds(v) for v in irrelevant]))
+    rng = np.random.default_rng(seed)
+    fold_of = []
+    for group in (relevant, irrelevant):
+        assignment = np.empty(len(group), dtype=np.int64)
+        assignment[rng.permutation(len(group))] = np.arange(len(group)) % k
+        fold_of.append(assignment)
+    scores = (np.empty(len(relevant)), np.empty(len(irrelevant)))
+    for j in range(k):
+        model = fit_model(features, [v for v, f in zip(relevant, fold_of[0]) if f != j],
+                          [v for v, f in zip(irrelevant, fold_of[1]) if f != j])
+        for group, assignment, out in zip((relevant, irrelevant), fold_of, scores):
+            for i in np.flatnonzero(assignment == j):
+                out[i] = model.log_odds(group[i])
+    return scores
+
+
 def _default_gate(tau: float) -> Gate:
     return Gate(tau=tau, coverage=0.0, error_rate=0.0, auc=0.5, n_relevant=0, n_irrelevant=0,
                 calibrated_writes=None, calibrated_locations=None,
@@ -165,9 +209,9 @@ DEFAULT_MODELS: Mapping[str, VerdictModel] = {
 #: strict (the development set's gates at error budget 0.1; a calibrated gate usually abstains less),
 #: and every selection's ``reason`` says the gate is uncalibrated. Thresholds on log-odds.
 DEFAULT_GATES: Mapping[str, Gate] = {
-    "hybrid": _default_gate(1.71),
-    "associative": _default_gate(1.54),
-    "keyword": _default_gate(2.16),
+    "hybrid": _default_gate(1.85),
+    "associative": _default_gate(1.62),
+    "keyword": _default_gate(2.42),
 }
 #: Uncalibrated models and gates for other feature sets (``RecallConfig.margin_feature``,
 #: ``crowd_feature``), fitted the same way: here the models without ``crowd`` (``crowd_feature=False``,
@@ -175,8 +219,8 @@ DEFAULT_GATES: Mapping[str, Gate] = {
 #: :data:`DEFAULT_GATES` entries (a model's features are computed by name whatever the configuration).
 OTHER_DEFAULTS: Mapping[tuple[str, ...], tuple[VerdictModel, Gate]] = {
     ("evidence", "novelty", "margin"): (
-        VerdictModel(("evidence", "novelty", "margin"), (2.257, -2.827, 9.700), -1.286), _default_gate(2.07)),
-    ("evidence", "margin"): (VerdictModel(("evidence", "margin"), (4.317, 11.942), -2.824), _default_gate(1.60)),
+        VerdictModel(("evidence", "novelty", "margin"), (2.257, -2.827, 9.700), -1.286), _default_gate(2.15)),
+    ("evidence", "margin"): (VerdictModel(("evidence", "margin"), (4.317, 11.942), -2.824), _default_gate(1.68)),
 }
 
 
