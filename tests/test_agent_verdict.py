@@ -235,6 +235,18 @@ def test_calibrate_with_holdout_measures_the_held_out_part(tmp_path):
     assert mem.verdict_models["hybrid"] != held_out_model
 
 
+def test_a_gate_that_barely_separates_says_so_in_every_reason(tmp_path):
+    mem, _ = make(tmp_path)
+    # related and unrelated queries of the same two kinds: nothing to separate them by
+    gate = mem.calibrate(RELATED[:3] + UNRELATED[:3], RELATED[3:] + UNRELATED[3:], modes=["hybrid"])["hybrid"]
+    assert gate.auc < 0.65
+    for query in ("How do volcanoes form?", "When is the team standup?"):
+        assert "weak gate: calibration separated related from unrelated queries with AUC" in \
+            mem.recall(query, record=False).reason
+    mem.calibrate(RELATED, UNRELATED, modes=["hybrid"])  # well separated: no note
+    assert "weak gate" not in mem.recall("When is the team standup?", record=False).reason
+
+
 def test_gate_statistics_marks_queries_without_candidates(tmp_path):
     mem = AgentMemory.open(tmp_path / "empty.db", encoder=ENC, namespace="team", clock=Clock())
     assert mem.gate_statistics(["anything at all?"]) == [-1000.0]

@@ -53,7 +53,7 @@ from .evidence import Evidence
 
 __all__ = ["DEFAULT_GATES", "DEFAULT_BAND_GATES", "DEFAULT_MODELS", "GROUNDING_DEFAULT_GATES", "OTHER_DEFAULTS",
            "VERDICT_FEATURES", "CROWD_COSINE", "MARGIN_NEIGHBOURS",
-           "MODE_FEATURES", "CROSS_FIT_FOLDS", "VerdictModel", "Verdict", "default_model", "features_for", "fit_model",
+           "MODE_FEATURES", "CROSS_FIT_FOLDS", "WEAK_GATE_AUC", "VerdictModel", "Verdict", "default_model", "features_for", "fit_model",
            "cross_fitted_log_odds", "margin",
            "verdict_features", "grounding_statistic", "select_gates",
            "gate_note", "decide", "admit", "abstention_reason", "admission_reason"]
@@ -62,6 +62,8 @@ __all__ = ["DEFAULT_GATES", "DEFAULT_BAND_GATES", "DEFAULT_MODELS", "GROUNDING_D
 MARGIN_NEIGHBOURS = 10
 #: ``crowd`` counts the next :data:`MARGIN_NEIGHBOURS` - 1 nearest entries within this cosine of the nearest.
 CROWD_COSINE = 0.05
+#: Below this calibrated AUC a reason warns that the gate barely separates related from unrelated queries.
+WEAK_GATE_AUC = 0.65
 #: Folds for the out-of-fold log-odds that :meth:`~hopmem.agent.AgentMemory.calibrate` fits a gate on.
 CROSS_FIT_FOLDS = 5
 #: Which verdict features each mode can compute.
@@ -268,11 +270,15 @@ def select_gates(gates: Mapping[str, Gate], band_gates: Mapping[str, Gate], mode
 
 
 def gate_note(gate: Gate, calibrated: bool, entries: int) -> str:
-    """What a reason adds about the gate: uncalibrated, or calibrated at a much smaller size."""
+    """What a reason adds about the gate: uncalibrated, calibrated at a much smaller size, or weak."""
     if not calibrated:
         return f"; gate not calibrated: conservative default tau={gate.tau:.2f} (call calibrate())"
     if gate.calibrated_writes and gate.is_stale({"writes": entries, "num_locations": entries}):
         return f"; gate calibrated at {gate.calibrated_writes} entries, now {entries}: recalibrate"
+    if gate.n_relevant and gate.n_irrelevant and gate.auc < WEAK_GATE_AUC:
+        return (f"; weak gate: calibration separated related from unrelated queries with AUC {gate.auc:.2f} "
+                f"(0.5 is chance), so this verdict is little better than a guess: consider rank() or a "
+                f"higher error_budget")
     return ""
 
 
