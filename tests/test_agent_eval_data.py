@@ -13,8 +13,8 @@ import tempfile
 import numpy as np
 import pytest
 
-from benchmarks.agent_eval.run import (CATEGORIES, CachedEncoder, build_memory, cosine_baseline, evaluate, load,
-                                       make_encoder, mean_tables, score)
+from benchmarks.agent_eval.run import (CATEGORIES, CachedEncoder, bootstrap_f1, bootstrap_gap, build_memory,
+                                       cosine_baseline, evaluate, load, make_encoder, mean_tables, score, targets)
 
 SETS = ("dev", "dev2", "test")
 
@@ -70,6 +70,49 @@ def test_score_counts_hit_precision_and_mean_tables_average_splits():
     assert mean["hits"]["precision"] == pytest.approx((2 / 5 + 3 / 4) / 2)
     assert mean["abstention"]["f1"] == pytest.approx(0.5)
     assert mean["categories"]["overall"]["n"] == 2 and isinstance(mean["categories"]["overall"]["n"], int)
+
+
+def _bootstrap_case():
+    """Ten multi-session questions (the hybrid finds the one gold turn of the first k, the other retriever of
+    all ten) and ten unanswerable ones (the hybrid abstains on the first m)."""
+    questions = ([{"id": f"m{i}", "category": "multi-session", "question": "?", "answers": [f"t{i}"]}
+                  for i in range(10)]
+                 + [{"id": f"u{i}", "category": "abstention", "question": "?", "answers": []} for i in range(10)])
+
+    def split(k, m):
+        hybrid = [{"ranked": [f"t{i}"] if i < k else [], "ranking": [f"t{i}"], "abstained": False}
+                  for i in range(10)] + [{"ranked": [], "ranking": [], "abstained": i < m} for i in range(10)]
+        other = [{"ranked": [f"t{i}"], "ranking": [f"t{i}"], "abstained": False} for i in range(10)] \
+            + [{"ranked": [], "ranking": [], "abstained": False} for _ in range(10)]
+        return {"hybrid": hybrid, "associative": other, "keyword": other, "cosine": other}
+
+    return {"questions": questions}, split
+
+
+def test_bootstrap_gap_is_a_paired_interval_around_the_mean_difference():
+    data, split = _bootstrap_case()
+    assert bootstrap_gap(data, [split(10, 0)], "multi-session", "hybrid", "associative") == (0.0, 0.0)
+    lo, hi = bootstrap_gap(data, [split(7, 0)], "multi-session", "hybrid", "associative")
+    assert -0.65 < lo < -0.3 < hi <= 0.0  # 3 misses of 10: -0.3, and a wide interval with 10 questions
+    assert bootstrap_gap(data, [split(7, 0)], "multi-session", "hybrid", "associative") == (lo, hi)  # seeded
+    # two splits: the per-question mean over them (-0.2) is what is resampled
+    lo2, hi2 = bootstrap_gap(data, [split(7, 0), split(9, 0)], "multi-session", "hybrid", "associative")
+    assert lo2 < -0.2 < hi2 and hi2 - lo2 < hi - lo + 1e-9
+    # the ranking alone: identical
+    assert bootstrap_gap(data, [split(7, 0)], "multi-session", "hybrid", "associative", "k5") == (0.0, 0.0)
+
+
+def test_bootstrap_f1_brackets_the_f1_of_the_table():
+    data, split = _bootstrap_case()
+    results = [split(10, 8)]
+    f1 = score(data, results[0])["hybrid"]["abstention"]["f1"]
+    assert f1 == pytest.approx(2 * 8 / (2 * 8 + 0 + 2))
+    lo, hi = bootstrap_f1(data, results)
+    assert lo < f1 < hi <= 1.0
+    assert bootstrap_f1(data, [split(10, 10)]) == (1.0, 1.0)
+    lines = targets(mean_tables([score(data, r) for r in results]), None, data, results)
+    assert "95% interval" in lines[-1] and "NOT met" not in lines[-1]
+    assert "(multi-session vs associative; 95% interval +0.0 to +0.0 over its 10 questions)" in lines[0]
 
 
 @pytest.mark.skipif(not (os.environ.get("HOPMEM_SLOW_TESTS") or os.environ.get("CI")),

@@ -36,7 +36,9 @@ What it does, on any set
    answerable question) and for the ranking alone (``rank()``, gate ignored);
    abstention precision, recall and F1 over all questions (positive = the
    system abstained); with ``--sweep``, F1 and end-to-end R@5 per error budget
-   averaged over several fold splits; and recall latency with 10,000 entries
+   averaged over several fold splits; 95% bootstrap intervals (resampling
+   questions) for the worst category gap and the abstention F1, since a
+   category holds only 24 to 46 questions; and recall latency with 10,000 entries
    (the test set's turns plus synthetic filler), encoder time excluded and
    reported separately.
 
@@ -248,6 +250,55 @@ def mean_tables(tables: list[dict[str, Any]]) -> dict[str, Any]:
     return mean(tables)
 
 
+BOOTSTRAP_RESAMPLES = 4000
+
+
+def per_question(data: dict[str, Any], results: dict[str, list[dict[str, Any]]], mode: str,
+                 key: str = "r5") -> tuple[np.ndarray, np.ndarray]:
+    """``(recall, abstained)`` per question for ``mode``: recall@5 end to end (``"r5"``) or of the ranking alone
+    (``"k5"``), NaN for unanswerable questions; ``abstained`` as 0/1."""
+    field = "ranked" if key == "r5" else "ranking"
+    rows = results[mode]
+    recall = np.array([recall_at(r[field], q["answers"], 5) if q["answers"] else np.nan
+                       for q, r in zip(data["questions"], rows)])
+    return recall, np.array([float(r["abstained"]) for r in rows])
+
+
+def bootstrap_gap(data: dict[str, Any], splits: list[dict[str, list[dict[str, Any]]]], category: str,
+                  mode: str, other: str, key: str = "r5", *, resamples: int = BOOTSTRAP_RESAMPLES,
+                  seed: int = 0) -> tuple[float, float]:
+    """95% interval of ``mode``'s R@5 minus ``other``'s on ``category``: a paired bootstrap over its questions.
+
+    Each resample draws the category's questions with replacement and takes the mean difference over the
+    fold splits (the same estimator as the tables'). With few questions per category (24 to 46 here) a gap
+    of several points is within sampling noise; the interval says how much.
+    """
+    idx = [i for i, q in enumerate(data["questions"])
+           if (bool(q["answers"]) if category == "overall" else q["category"] == category)]
+    diff = np.mean([per_question(data, res, mode, key)[0][idx] - per_question(data, res, other, key)[0][idx]
+                    for res in splits], axis=0)
+    rng = np.random.default_rng(seed)
+    means = diff[rng.integers(0, len(diff), size=(resamples, len(diff)))].mean(axis=1)
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def bootstrap_f1(data: dict[str, Any], splits: list[dict[str, list[dict[str, Any]]]], mode: str = "hybrid", *,
+                 resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> tuple[float, float]:
+    """95% interval of ``mode``'s abstention F1 (mean over the fold splits): a bootstrap over all questions."""
+    unanswerable = np.array([not q["answers"] for q in data["questions"]])
+    abstained = np.array([per_question(data, res, mode)[1] for res in splits]).astype(bool)  # (splits, questions)
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, len(unanswerable), size=(resamples, len(unanswerable)))
+    neg, abst = unanswerable[draws][:, None, :], abstained[:, draws].transpose(1, 0, 2)  # (resamples, splits, q)
+    tp = (abst & neg).sum(axis=2)
+    fp = (abst & ~neg).sum(axis=2)
+    fn = (~abst & neg).sum(axis=2)
+    f1 = np.where(2 * tp + fp + fn > 0, 2 * tp / np.maximum(2 * tp + fp + fn, 1), 0.0).mean(axis=1)
+    lo, hi = np.percentile(f1, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
 def sweep(mem: Any, entry_of: dict[int, str], data: dict[str, Any], cosine: Any, budgets: list[float],
           seeds: int) -> str:
     """Abstention F1 and end-to-end R@5 per error budget, averaged over fold seeds."""
@@ -419,7 +470,9 @@ def markdown(table: dict[str, Any], lat: dict[str, Any] | None, enc_lat: dict[st
     return "\n".join(lines)
 
 
-def targets(table: dict[str, Any], lat: dict[str, Any] | None) -> list[str]:
+def targets(table: dict[str, Any], lat: dict[str, Any] | None, data: dict[str, Any] | None = None,
+            splits: list[dict[str, list[dict[str, Any]]]] | None = None) -> list[str]:
+    """The target lines; with ``data`` and the per-split ``results``, each figure with its 95% bootstrap interval."""
     out = []
     for key, label in (("r5", "end to end (abstentions count as misses)"), ("k5", "ranking alone (gate ignored)")):
         h = table["hybrid"]["categories"]
@@ -428,13 +481,21 @@ def targets(table: dict[str, Any], lat: dict[str, Any] | None) -> list[str]:
         margins = ", ".join(f"{r} {100 * (h['overall'][key] - table[r]['categories']['overall'][key]):+.1f}"
                             for r in others)
         worst = min((h[c][key] - table[r]["categories"][c][key], c, r)
-                    for c in CATEGORIES if c != "abstention" for r in others)
+                    for c in CATEGORIES if c != "abstention" and c in h for r in others)
+        interval = ""
+        if data is not None and splits:
+            lo, hi = bootstrap_gap(data, splits, worst[1], "hybrid", worst[2], key)
+            interval = f"; 95% interval {100 * lo:+.1f} to {100 * hi:+.1f} over its {h[worst[1]]['n']} questions"
         out.append(f"- R@5, {label}: hybrid beats every single retriever overall: {'yes' if beats else 'NO'} "
-                   f"({margins}); worst category gap {100 * worst[0]:+.1f} points ({worst[1]} vs {worst[2]}): "
-                   f"{'within' if worst[0] >= -0.05 else 'NOT within'} 5 points")
+                   f"({margins}); worst category gap {100 * worst[0]:+.1f} points ({worst[1]} vs {worst[2]}"
+                   f"{interval}): {'within' if worst[0] >= -0.05 else 'NOT within'} 5 points")
     f1 = table["hybrid"]["abstention"]["f1"]
     met = f1 >= 0.8 - 1e-9  # F1 exactly 0.8 (e.g. 24 of 28 abstentions right, 24 of 32 found) meets it
-    out.append(f"- abstention F1 (hybrid, calibrated gate): {100 * f1:.1f}: {'met' if met else 'NOT met'} "
+    interval = ""
+    if data is not None and splits:
+        lo, hi = bootstrap_f1(data, splits)
+        interval = f" (95% interval {100 * lo:.1f} to {100 * hi:.1f})"
+    out.append(f"- abstention F1 (hybrid, calibrated gate): {100 * f1:.1f}{interval}: {'met' if met else 'NOT met'} "
                f"(target 80)")
     if lat is not None:
         med = lat["hybrid"]["median_ms"]
@@ -546,7 +607,7 @@ def main(argv: list[str] | None = None) -> int:
         print(sweep_table)
     print()
     print("Targets:")
-    print("\n".join(targets(table, lat)))
+    print("\n".join(targets(table, lat, data, [e["results"] for e in evs])))
     which = " (first fold split)" if args.splits > 1 else ""
     print(f"\nGate tau per fold{which}: " + ", ".join(f"{m} {', '.join(f'{t:.3f}' for t in v)}" for m, v in ev["gates"].items()))
     if args.json:
