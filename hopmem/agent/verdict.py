@@ -26,7 +26,8 @@ Two questions, two gates (:class:`hopmem.gates.Gate`):
    :meth:`~hopmem.agent.AgentMemory.calibrate` fits the model (L2-regularised
    logistic regression on standardised features) on held-out queries, and the
    gate's ``tau`` on those queries' out-of-fold log-odds
-   (:func:`cross_fitted_log_odds`), so that the error budget holds for new queries. Until then the
+   (:func:`cross_fitted_log_odds`), so that the error budget holds for new
+   queries. Until then the
    :data:`DEFAULT_MODELS` (fitted on the development conversations,
    ``benchmarks/agent_eval/dev_conversations.json``, with all-MiniLM-L6-v2) and
    the strict :data:`DEFAULT_GATES` apply. With ``verdict = "grounding"`` (and
@@ -53,8 +54,8 @@ from .evidence import Evidence
 
 __all__ = ["DEFAULT_GATES", "DEFAULT_BAND_GATES", "DEFAULT_MODELS", "GROUNDING_DEFAULT_GATES", "OTHER_DEFAULTS",
            "VERDICT_FEATURES", "CROWD_COSINE", "MARGIN_NEIGHBOURS",
-           "MODE_FEATURES", "CROSS_FIT_FOLDS", "WEAK_GATE_AUC", "VerdictModel", "Verdict", "default_model", "features_for", "fit_model",
-           "cross_fitted_log_odds", "margin",
+           "MODE_FEATURES", "CROSS_FIT_FOLDS", "WEAK_GATE_AUC", "VerdictModel", "Verdict", "default_model",
+           "features_for", "fit_model", "cross_fitted_log_odds", "margin",
            "verdict_features", "grounding_statistic", "select_gates",
            "gate_note", "decide", "admit", "abstention_reason", "admission_reason"]
 
