@@ -97,7 +97,7 @@ class MaintenanceMixin(MemoryCore):
                     self._store.update_entry(row.id, self.namespace, expires_at=now, updated_at=now)
             self._data_version = self._store.data_version()
             for row in rows:
-                row.expires_at = now
+                row.expires_at = row.updated_at = now
         return len(rows)
 
     def prune(self) -> dict[str, int]:
