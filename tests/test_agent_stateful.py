@@ -10,7 +10,10 @@ file, and after every step checks:
   forgotten or pruned, nothing of another session or namespace;
 * a hit is recallable when it is returned (not expired, not another session's);
 * a rejected call changes nothing;
-* a reopened file holds the same entries, byte for byte in what they say.
+* a reopened file holds the same entries, byte for byte in what they say;
+* a second controller of the same file agrees with the first.
+
+A second machine adds a capacity, age-based forgetting and a label policy.
 """
 
 from __future__ import annotations
@@ -20,16 +23,24 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, precondition, rule
 
-from hopmem.agent import AgentMemory
+from hopmem.agent import DEFAULT_MODELS, AgentMemory
 from hopmem.agent.validation import MissingIdentity
 from hopmem.encoders import HashingEncoder
 from hopmem.errors import HopmemError, InvalidInput
+from hopmem.gates import calibrate
 
 ENC = HashingEncoder(64)
 SESSIONS = (None, "s1", "s2")
 WORDS = ("deploy", "billing", "postgres", "standup", "PROJ-4417", "ticket", "friday", "cluster", "coffee",
          "Ada", "Berlin", "invoice", "rotation", "v2.3.1", "staging")
 texts = st.lists(st.sampled_from(WORDS), min_size=1, max_size=6).map(" ".join)
+
+
+def admit_almost_everything(mem: AgentMemory) -> None:
+    """Gates far below any real log-odds, so recalls return hits and their checks bite (the strict
+    uncalibrated defaults abstain on nearly every query of a hashing encoder)."""
+    gate = calibrate([1.0, 2.0], [-1000.0, -999.0])
+    mem.set_gates({mode: gate for mode in DEFAULT_MODELS}, models=dict(DEFAULT_MODELS))
 
 
 class Clock:
@@ -52,6 +63,8 @@ class AgentMemoryMachine(RuleBasedStateMachine):
         self.path = f"{self.dir.name}/agent.db"
         self.clock = Clock()
         self.mem = self._open("team")
+        admit_almost_everything(self.mem)
+        self.twin = self._open("team")  # a second controller of the same namespace: sees the first's commits
         self.other = self._open("other")  # a second tenant in the same file
         self.other.remember("deploy billing postgres standup")
         # the model: id -> (scope's session id or None for shared)
@@ -63,8 +76,12 @@ class AgentMemoryMachine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         self.mem.close()
+        self.twin.close()
         self.other.close()
         self.dir.cleanup()
+
+    def _via(self, twin: bool) -> AgentMemory:
+        return self.twin if twin else self.mem
 
     def _visible(self, session: str | None) -> set[int]:
         return {i for i, s in self.alive.items() if s is None or s == session}
@@ -72,10 +89,10 @@ class AgentMemoryMachine(RuleBasedStateMachine):
     # -- writes ----------------------------------------------------------------------------------------------
 
     @rule(target=entries, text=texts, session=st.sampled_from(SESSIONS), scoped=st.booleans(),
-          importance=st.floats(0, 1), ttl=st.one_of(st.none(), st.floats(1, 500)))
-    def remember(self, text, session, scoped, importance, ttl):
+          importance=st.floats(0, 1), ttl=st.one_of(st.none(), st.floats(1, 500)), twin=st.booleans())
+    def remember(self, text, session, scoped, importance, ttl, twin):
         durability = "session" if scoped and session else "shared"
-        entry = self.mem.remember(text, session_id=session, durability=durability, importance=importance, ttl=ttl)
+        entry = self._via(twin).remember(text, session_id=session, durability=durability, importance=importance, ttl=ttl)
         # a merge stays in its scope; a new entry is in the scope asked for
         assert entry.durability == durability
         assert entry.session_id == (session if durability == "session" else entry.session_id)
@@ -95,10 +112,10 @@ class AgentMemoryMachine(RuleBasedStateMachine):
             self.mem.remember(text, importance=importance, durability=durability)
         assert self.mem.entries() == before
 
-    @rule(entry_id=consumes(entries), session=st.sampled_from(SESSIONS))
-    def forget(self, entry_id, session):
+    @rule(entry_id=consumes(entries), session=st.sampled_from(SESSIONS), twin=st.booleans())
+    def forget(self, entry_id, session, twin):
         scope = self.alive.get(entry_id, "gone")
-        done = self.mem.forget(entry_id, session_id=session)
+        done = self._via(twin).forget(entry_id, session_id=session)
         assert done == (scope != "gone" and (scope is None or scope == session))
         if done:
             del self.alive[entry_id]
@@ -120,24 +137,26 @@ class AgentMemoryMachine(RuleBasedStateMachine):
     # -- reads -----------------------------------------------------------------------------------------------
 
     @rule(target=selections, text=texts, session=st.sampled_from(SESSIONS),
-          mode=st.sampled_from(["hybrid", "associative", "keyword"]), limit=st.integers(1, 8))
-    def recall(self, text, session, mode, limit):
-        sel = self.mem.recall(text, session_id=session, mode=mode, limit=limit)
+          mode=st.sampled_from(["hybrid", "associative", "keyword"]), limit=st.integers(1, 8), twin=st.booleans())
+    def recall(self, text, session, mode, limit, twin):
+        mem = self._via(twin)
+        sel = mem.recall(text, session_id=session, mode=mode, limit=limit)
         assert len(sel.hits) <= limit and sel.abstained == (not sel.hits)
         visible = self._visible(session)
         for hit in sel.hits:
             assert hit.entry_id in visible, (hit.entry_id, session)
             assert hit.entry_id not in self.expired
-            assert self.mem.get(hit.entry_id, session_id=session).recallable
+            assert mem.get(hit.entry_id, session_id=session).recallable
         # rank() ignores the gate (an uncalibrated gate admits little), never visibility or expiry
-        for hit in self.mem.rank(text, session_id=session, mode=mode, limit=limit):
+        for hit in mem.rank(text, session_id=session, mode=mode, limit=limit):
             assert hit.entry_id in visible and hit.entry_id not in self.expired, (hit.entry_id, session)
         return sel.id
 
-    @rule(selection_id=consumes(selections), score=st.floats(0, 1))
-    def complete(self, selection_id, score):
-        first = self.mem.complete(selection_id, score)
-        assert self.mem.complete(selection_id, score) is False  # a receipt is used once
+    @rule(selection_id=consumes(selections), score=st.floats(0, 1), twin=st.booleans())
+    def complete(self, selection_id, score, twin):
+        first = self._via(twin).complete(selection_id, score)
+        assert self.mem.complete(selection_id, score) is False  # a receipt is used once, by either controller
+        assert self.twin.complete(selection_id, score) is False
         assert isinstance(first, bool)
 
     # -- time and maintenance --------------------------------------------------------------------------------
@@ -153,14 +172,14 @@ class AgentMemoryMachine(RuleBasedStateMachine):
                 if entry.expires_at is not None and entry.expires_at <= self.clock.t:
                     self.expired.add(entry.id)
 
-    @rule(session=st.sampled_from(["s1", "s2"]))
-    def end_session(self, session):
-        self.mem.end_session(session)
+    @rule(session=st.sampled_from(["s1", "s2"]), twin=st.booleans())
+    def end_session(self, session, twin):
+        self._via(twin).end_session(session)
         self.expired |= {i for i, s in self.alive.items() if s == session}
 
-    @rule()
-    def prune(self):
-        self.mem.prune()
+    @rule(twin=st.booleans())
+    def prune(self, twin):
+        self._via(twin).prune()
         for entry_id in self.expired:
             self.alive.pop(entry_id, None)
         self.expired.clear()
@@ -177,11 +196,18 @@ class AgentMemoryMachine(RuleBasedStateMachine):
 
     @invariant()
     def each_scope_sees_exactly_its_entries(self):
+        for mem in (self.mem, self.twin):
+            for session in SESSIONS:
+                seen = {e.id for e in mem.entries(session_id=session)}
+                assert seen == self._visible(session), session
+                recallable = {e.id for e in mem.entries(session_id=session, include_hidden=False)}
+                assert recallable == self._visible(session) - self.expired, session
+
+    @invariant()
+    def both_controllers_agree(self):
         for session in SESSIONS:
-            seen = {e.id for e in self.mem.entries(session_id=session)}
-            assert seen == self._visible(session), session
-            recallable = {e.id for e in self.mem.entries(session_id=session, include_hidden=False)}
-            assert recallable == self._visible(session) - self.expired, session
+            assert [e.to_dict() for e in self.mem.entries(session_id=session)] == \
+                [e.to_dict() for e in self.twin.entries(session_id=session)], session
 
     @invariant()
     def the_other_tenant_is_untouched(self):
@@ -192,3 +218,92 @@ class AgentMemoryMachine(RuleBasedStateMachine):
 AgentMemoryMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None,
                                                 suppress_health_check=[HealthCheck.too_slow])
 TestAgentMemoryMachine = AgentMemoryMachine.TestCase
+
+
+DAY = 86400.0
+TOPICS = ("ops", "billing", "people")
+
+
+class BoundedMemoryMachine(RuleBasedStateMachine):
+    """A capacity, age-based forgetting and controlled labels: what is kept, suppressed and filtered."""
+
+    CAPACITY = 5
+
+    def __init__(self) -> None:
+        super().__init__()
+        import tempfile
+
+        from hopmem.agent import ForgettingPolicy, LabelPolicy
+
+        self.dir = tempfile.TemporaryDirectory()
+        self.clock = Clock()
+        self.kwargs = dict(encoder=ENC, namespace="team", clock=self.clock, capacity=self.CAPACITY,
+                           forgetting=ForgettingPolicy(half_life=2 * DAY, min_half_life=DAY, max_half_life=8 * DAY),
+                           label_policy=LabelPolicy(allowed={"topic": TOPICS}))
+        self.path = f"{self.dir.name}/bounded.db"
+        self.mem = AgentMemory.open(self.path, **self.kwargs)
+        admit_almost_everything(self.mem)
+
+    def teardown(self) -> None:
+        self.mem.close()
+        self.dir.cleanup()
+
+    @rule(text=texts, topics=st.lists(st.sampled_from(TOPICS), max_size=2, unique=True),
+          kind=st.sampled_from(["fact", "preference", "event", "task", "observation"]), importance=st.floats(0, 1))
+    def remember(self, text, topics, kind, importance):
+        entry = self.mem.remember(text, kind=kind, importance=importance,
+                                  labels={"topic": topics} if topics else None)
+        assert entry.id in {e.id for e in self.mem.entries()}  # the entry being written is never the one evicted
+
+    @rule(topic=st.sampled_from(TOPICS))
+    def rejected_label(self, topic):
+        before = self.mem.entries()
+        with pytest.raises(InvalidInput):
+            self.mem.remember("deploy", labels={"colour": [topic]})  # a key the policy does not allow
+        assert self.mem.entries() == before
+
+    @rule(text=texts, topic=st.one_of(st.none(), st.sampled_from(TOPICS)))
+    def recall(self, text, topic):
+        wanted = {"topic": [topic]} if topic else None
+        selection = self.mem.recall(text, labels=wanted)
+        for hit in list(selection.hits) + self.mem.rank(text, limit=10):
+            assert self.mem.get(hit.entry_id).recallable
+        for hit in selection.hits:
+            assert not topic or topic in hit.labels.get("topic", [])
+
+    @rule(days=st.floats(0, 6))
+    def advance(self, days):
+        self.clock.t += days * DAY
+
+    @rule(value=st.one_of(st.none(), st.floats(-1, 1)), pick=st.integers(0, 100))
+    def feedback(self, value, pick):
+        entries = self.mem.entries()
+        if entries:
+            entry = self.mem.feedback(entries[pick % len(entries)].id, value)
+            assert entry.manual_feedback == value
+
+    @rule()
+    def prune(self):
+        self.mem.prune()
+        assert all(e.recallable for e in self.mem.entries())  # what stays is recallable
+
+    @rule()
+    def reopen(self):
+        before = [e.to_dict() for e in self.mem.entries()]
+        self.mem.close()
+        self.mem = AgentMemory.open(self.path, **self.kwargs)
+        assert [e.to_dict() for e in self.mem.entries()] == before
+
+    @invariant()
+    def never_above_capacity(self):
+        assert len(self.mem.entries()) <= self.CAPACITY
+
+    @invariant()
+    def suppressed_is_exactly_low_retention(self):
+        for entry in self.mem.entries():
+            assert entry.suppressed == (entry.retention < 0.05 and not entry.expired) or entry.expired
+
+
+BoundedMemoryMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=30, deadline=None,
+                                                  suppress_health_check=[HealthCheck.too_slow])
+TestBoundedMemoryMachine = BoundedMemoryMachine.TestCase
