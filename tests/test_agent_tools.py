@@ -1,10 +1,12 @@
-"""Tools for a model: definitions, dispatch, absence as an answer, approval for forget."""
+"""Tools for a model: definitions, dispatch, absence as an answer, approval for forget, fuzzed arguments."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from hopmem.agent import NOTHING_REMEMBERED, AgentMemory, LabelPolicy, memory_tools
 from hopmem.encoders import HashingEncoder
@@ -116,3 +118,59 @@ def test_tools_can_be_restricted_to_session_writes(mem):
     out = tools.call("remember", {"text": "Working on the invoice export bug."})
     assert mem.get(out["id"], session_id="s1").durability == "session"
     assert tools.call("remember", {"text": "x y z", "durability": "shared"})["ok"] is False
+
+
+# -- fuzzed arguments ---------------------------------------------------------------------------------------
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**12, 10**12) | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=8)
+KEYS = ("text", "query", "id", "limit", "labels", "importance", "ttl_days", "durability", "kind",
+        "session_id", "namespace", "approved")
+ESCAPES = st.sampled_from([{}, {}, {"session_id": "s2"}, {"session_id": "other"}, {"namespace": "elsewhere"}])
+
+
+def near_valid_call(name, required, optional):
+    """Valid arguments for ``name``, plus at most one key a model might add to reach another tenant."""
+    args = st.fixed_dictionaries(required, optional=optional)
+    return st.tuples(st.just(name), st.tuples(args, ESCAPES).map(lambda pair: {**pair[0], **pair[1]}))
+
+
+near_valid = st.one_of(  # calls a model might really make
+    near_valid_call("remember", {"text": st.sampled_from(["deploy Friday", "billing runs on Postgres"])},
+                    {"durability": st.sampled_from(["shared", "session"]), "importance": st.floats(0, 1),
+                     "kind": st.sampled_from(["fact", "event"]), "ttl_days": st.floats(0.1, 100),
+                     "labels": st.just({"topic": ["billing"]})}),
+    near_valid_call("recall", {"query": st.sampled_from(["deploy Friday", "billing", "freeze"])},
+                    {"limit": st.integers(1, 10), "labels": st.just({"topic": ["billing"]})}),
+    near_valid_call("forget", {"id": st.integers(0, 200)}, {}),
+)
+any_call = st.tuples(st.sampled_from(["remember", "recall", "forget", "nope"]),
+                     st.one_of(json_values, st.dictionaries(st.sampled_from(KEYS), json_values, max_size=5),
+                               st.text(max_size=40)))  # the last: a raw (maybe not JSON) string
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(calls=st.lists(st.tuples(st.one_of(near_valid, any_call), st.booleans()), min_size=1, max_size=6))
+def test_fuzzed_tool_calls_answer_in_json_and_stay_in_their_binding(mem, calls):
+    other_session = mem.remember("The s2 deploy freeze starts Friday", session_id="s2", durability="session")
+    other_tenant = AgentMemory.open(mem._store.path, encoder=ENC, namespace="elsewhere", clock=lambda: 5000.0)
+    tools = memory_tools(mem, session_id="s1")
+    for (name, args), approved in calls:
+        result = tools.call(name, args, approved=approved)
+        assert isinstance(result, dict) and isinstance(result["ok"], bool)
+        json.dumps(result, allow_nan=False)  # strict JSON, as function-calling APIs need
+        if not result["ok"]:
+            assert result.get("error") or result.get("needs_approval") or result.get("forgotten") is False
+    # nothing the model wrote reached another session, and the other session's entry is intact
+    assert mem.get(other_session.id, session_id="s2").text == other_session.text
+    assert all(e.session_id in (None, "s1") for e in mem.entries(session_id="s1"))
+    for session in ("s2", "other", "session", "namespace"):  # session ids a model might try to name
+        assert [e.id for e in mem.entries(session_id=session) if e.session_id is not None] == \
+            ([other_session.id] if session == "s2" else [])
+    assert other_tenant.entries() == []
+    other_tenant.close()
+    mem.forget(other_session.id, session_id="s2")
