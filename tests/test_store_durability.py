@@ -77,7 +77,10 @@ def test_sigkill_at_random_moments_loses_no_acknowledged_write(tmp_path):
                 pytest.fail(f"writer did not start: {first!r} {err}")
             time.sleep(rnd.uniform(0.0, 0.25))
             os.kill(proc.pid, signal.SIGKILL)
-            out, _ = proc.communicate(timeout=10)
+            # read on through the same buffered file: readline() may already hold the first acks
+            # (communicate() would read the pipe underneath it and miss them)
+            out = proc.stdout.read()
+            proc.wait(timeout=10)
         finally:
             if proc.poll() is None:
                 proc.kill()
