@@ -22,9 +22,9 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
+from crash_support import run_and_kill
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WRITER = os.path.join(ROOT, "tests", "fixtures", "agent_crash_writer.py")
@@ -39,29 +39,12 @@ def _load_writer():
 
 
 def _run_and_kill(path: str, rnd: random.Random) -> tuple[int, list[list[str]]]:
-    proc = subprocess.Popen([sys.executable, WRITER, path], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=ENV, text=True)
-    try:
-        first = proc.stdout.readline().split()
-        if not first or first[0] != "ready":
-            proc.kill()
-            _, err = proc.communicate(timeout=10)
-            pytest.fail(f"writer did not start: {first!r} {err}")
-        time.sleep(rnd.uniform(0.0, 0.3))
-        os.kill(proc.pid, signal.SIGKILL)
-        # read on through the same buffered file: readline() may already hold the first acknowledgements
-        # (communicate() would read the pipe underneath it and miss them)
-        out = proc.stdout.read()
-        proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+    """One writer run: its first statement index and its acknowledgement lines, split."""
+    first, out = run_and_kill([sys.executable, WRITER, path], ENV, rnd, 0.3)
     lines = [line.split() for line in out.splitlines()]
     if lines and (len(lines[-1]) < 3 or (lines[-1][0] == "forget" and len(lines[-1]) < 4)):
         lines.pop()  # a line cut by the kill was not acknowledged
-    return int(first[1]), lines
+    return int(first.split()[1]), lines
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")

@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 import pytest
+from crash_support import run_and_kill
 
 import hopmem
 from hopmem import Memory, StoreError
@@ -67,25 +68,7 @@ def test_sigkill_at_random_moments_loses_no_acknowledged_write(tmp_path):
     acked: list[int] = []
     kills = 0
     while kills < target_kills and time.monotonic() < deadline:
-        proc = subprocess.Popen([sys.executable, WRITER, path], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=env, text=True)
-        try:
-            first = proc.stdout.readline()
-            if first.strip() != "ready":  # the writer failed to start: show why
-                proc.kill()
-                _, err = proc.communicate(timeout=10)
-                pytest.fail(f"writer did not start: {first!r} {err}")
-            time.sleep(rnd.uniform(0.0, 0.25))
-            os.kill(proc.pid, signal.SIGKILL)
-            # read on through the same buffered file: readline() may already hold the first acks
-            # (communicate() would read the pipe underneath it and miss them)
-            out = proc.stdout.read()
-            proc.wait(timeout=10)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate()
-        assert proc.returncode == -signal.SIGKILL
+        _, out = run_and_kill([sys.executable, WRITER, path], env, rnd, 0.25)
         kills += 1
         acked += [int(line.split()[1]) for line in out.splitlines() if line.startswith("ack ")]
     assert kills >= 5, f"only {kills} kills within the time bound"
