@@ -639,6 +639,43 @@ def test_vectors_are_centred_unit_vectors(tmp_path):
     np.testing.assert_allclose(vec, expected, atol=1e-6)
 
 
+def test_a_file_that_is_not_an_agent_memory_is_refused_and_left_untouched(tmp_path):
+    import hashlib
+
+    import hopmem
+    from hopmem.errors import CorruptStore
+
+    def digest(path):
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+
+    app = tmp_path / "app.db"  # another application's SQLite database
+    conn = sqlite3.connect(app)
+    conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+    conn.execute("CREATE TABLE meta (k TEXT)")  # even with a table of the same name
+    conn.commit()
+    conn.close()
+    vectors = tmp_path / "vectors.hopmem"  # a hopmem vector store
+    with hopmem.open(vectors, dim=8) as db:
+        db.collection("c").write(np.ones((2, 8), dtype=np.float32))
+    for path in (app, vectors):
+        before = digest(path)
+        with pytest.raises(IncompatibleStore, match="not a hopmem agent memory.*left untouched"):
+            AgentMemory.open(path, encoder=ENC, namespace="team")
+        assert digest(path) == before
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(bytes(range(256)) * 20)
+    with pytest.raises(CorruptStore):
+        AgentMemory.open(garbage, encoder=ENC, namespace="team")
+    mem, _ = make(tmp_path, "cut.db")
+    for fact in FACTS:
+        mem.remember(fact)
+    mem.close()
+    cut = tmp_path / "cut.db"
+    cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
+    with pytest.raises(CorruptStore):
+        AgentMemory.open(cut, encoder=ENC, namespace="team")
+
+
 def test_a_controller_refuses_to_continue_after_another_reembeds_the_file(tmp_path):
     a, clock = make(tmp_path)
     b = AgentMemory.open(tmp_path / "mem.db", encoder=ENC, namespace="team", clock=clock)

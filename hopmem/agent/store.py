@@ -125,6 +125,10 @@ class AgentStore:
         self.path = str(path)
         try:
             self.conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
+        except sqlite3.DatabaseError as exc:
+            raise CorruptStore(f"cannot open {self.path} as an agent memory: {exc}") from exc
+        try:
+            self._refuse_foreign()  # before anything writes to the file, its journal mode included
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA synchronous=NORMAL")
             self.conn.execute("PRAGMA foreign_keys=ON")
@@ -138,15 +142,33 @@ class AgentStore:
                     self.set_meta("schema_version", str(SCHEMA_VERSION))
                     self.conn.execute("INSERT OR IGNORE INTO migrations VALUES (?, ?, ?)",
                                       (SCHEMA_VERSION, now, "initial schema"))
-                elif self.get_meta("app") != _APP_ID:
-                    raise IncompatibleStore(f"{self.path} is not a hopmem agent memory (app {self.get_meta('app')!r})")
                 elif int(version) != SCHEMA_VERSION:
                     raise IncompatibleStore(
                         f"{self.path} has agent-memory schema version {version}; this hopmem reads version "
                         f"{SCHEMA_VERSION}")
-        except sqlite3.DatabaseError as exc:
-            raise CorruptStore(f"cannot open {self.path} as an agent memory: {exc}") from exc
+        except BaseException as exc:
+            self.conn.close()
+            if isinstance(exc, sqlite3.DatabaseError):
+                raise CorruptStore(f"cannot open {self.path} as an agent memory: {exc}") from exc
+            raise
         self._lock = threading.RLock()
+
+    def _refuse_foreign(self) -> None:
+        """An SQLite file that holds tables but is not an agent memory is someone else's: leave it as it is."""
+        tables = {name for (name,) in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not tables:
+            return  # a new (or empty) file
+        app = None
+        if "meta" in tables:
+            try:
+                row = self.conn.execute("SELECT value FROM meta WHERE key = 'app'").fetchone()
+            except sqlite3.OperationalError:  # a table named meta, of another shape
+                row = None
+            app = row[0] if row else None
+        if app != _APP_ID:
+            shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+            raise IncompatibleStore(f"{self.path} is not a hopmem agent memory (app {app!r}; tables {shown}); "
+                                    f"it was left untouched")
 
     # -- plumbing --------------------------------------------------------------------
 
