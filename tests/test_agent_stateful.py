@@ -11,7 +11,8 @@ file, and after every step checks:
 * a hit is recallable when it is returned (not expired, not another session's);
 * a rejected call changes nothing;
 * a reopened file holds the same entries, byte for byte in what they say;
-* a second controller of the same file agrees with the first.
+* a second controller of the same file agrees with the first;
+* a merge keeps every wording remembered into an entry (as its text or a variant).
 
 A second machine adds a capacity, age-based forgetting and a label policy.
 """
@@ -70,6 +71,7 @@ class AgentMemoryMachine(RuleBasedStateMachine):
         # the model: id -> (scope's session id or None for shared)
         self.alive: dict[int, str | None] = {}
         self.expired: set[int] = set()
+        self.texts: dict[int, set[str]] = {}  # every wording remembered into each entry
 
     def _open(self, namespace: str) -> AgentMemory:
         return AgentMemory.open(self.path, encoder=ENC, namespace=namespace, clock=self.clock)
@@ -100,9 +102,22 @@ class AgentMemoryMachine(RuleBasedStateMachine):
         if entry.id in self.alive:
             assert self.alive[entry.id] == scope
         self.alive[entry.id] = scope
+        self.texts.setdefault(entry.id, set()).add(text)
         if entry.expires_at is not None and entry.expires_at <= self.clock.t:
             self.expired.add(entry.id)
         return entry.id
+
+    @rule(entry_id=entries, shout=st.booleans(), twin=st.booleans())
+    def remember_again(self, entry_id, shout, twin):
+        """The same statement again, differently cased or spaced, in its scope: merged, never a second row."""
+        if entry_id not in self.alive or entry_id in self.expired:
+            return
+        scope = self.alive[entry_id]
+        text = self.mem.get(entry_id, session_id=scope).text
+        again = text.upper() if shout else "  " + text.replace(" ", "  ") + " "
+        entry = self._via(twin).remember(again, session_id=scope, durability="session" if scope else "shared")
+        assert entry.id == entry_id and entry.merged
+        self.texts[entry_id].add(again.strip())
 
     @rule(text=st.one_of(st.just(""), st.just("   "), texts), importance=st.sampled_from([-0.1, 1.5, float("nan")]),
           durability=st.sampled_from(["shared", "session", "forever"]))
@@ -202,6 +217,13 @@ class AgentMemoryMachine(RuleBasedStateMachine):
                 assert seen == self._visible(session), session
                 recallable = {e.id for e in mem.entries(session_id=session, include_hidden=False)}
                 assert recallable == self._visible(session) - self.expired, session
+
+    @invariant()
+    def a_merge_loses_no_wording(self):
+        for entry_id, scope in self.alive.items():
+            kept = {self.mem.get(entry_id, session_id=scope).text}
+            kept |= {v["text"] for v in self.mem.variants(entry_id, session_id=scope)}
+            assert self.texts[entry_id] <= kept, entry_id
 
     @invariant()
     def both_controllers_agree(self):
