@@ -639,6 +639,50 @@ def test_vectors_are_centred_unit_vectors(tmp_path):
     np.testing.assert_allclose(vec, expected, atol=1e-6)
 
 
+class CountingEncoder:
+    """The hashing encoder, counting its calls."""
+
+    def __init__(self) -> None:
+        self.inner, self.calls = ENC, 0
+        self.name, self.dimension, self.fingerprint = ENC.name, ENC.dimension, ENC.fingerprint
+
+    def encode(self, texts):
+        self.calls += 1
+        return self.inner.encode(texts)
+
+
+def test_remember_many_stores_what_remember_would_with_batched_encoding(tmp_path, capsys):
+    items = [f"Statement {i}: the {['billing', 'deploy', 'standup'][i % 3]} note number {i * 7}" for i in range(600)]
+    items[5] = {"text": items[5], "kind": "event", "labels": {"topic": ["x"]}}
+    items.append(" " + items[0] + " ")  # merges into the first
+    one, two = CountingEncoder(), CountingEncoder()
+    a = AgentMemory.open(tmp_path / "a.db", encoder=one, namespace="team", clock=Clock())
+    b = AgentMemory.open(tmp_path / "b.db", encoder=two, namespace="team", clock=Clock())
+    calls = one.calls, two.calls  # the centring mean, fitted on open
+    singly = [a.remember(i, importance=0.7) if isinstance(i, str) else a.remember(importance=0.7, **i)
+              for i in items]
+    batched = b.remember_many(items, importance=0.7, progress=True)
+    assert [e.to_dict() for e in batched] == [e.to_dict() for e in singly]
+    assert batched[-1].merged and batched[-1].id == batched[0].id
+    assert one.calls - calls[0] == len(items) and two.calls - calls[1] == 3  # batches of 256
+    assert "encoding" in capsys.readouterr().err  # the progress bar
+    assert [h.entry_id for h in b.rank("billing note")] == [h.entry_id for h in a.rank("billing note")]
+    # every item is checked before anything is stored
+    for bad, message in (([*items[:3], ""], r"items\[3\]: text"), ([items[0], 7], r"items\[1\]: expected a str"),
+                         ([{"text": "x", "colour": "red"}], "unknown argument")):
+        with pytest.raises(InvalidInput, match=message):
+            a.remember_many(bad)
+    with pytest.raises(InvalidInput, match="unknown argument"):
+        a.remember_many(["fine"], colour="red")
+    assert len(a.entries()) == len(items) - 1
+    # an item remember refuses stops there, the items before it stored
+    with pytest.raises(InvalidInput, match="kind"):
+        a.remember_many(["a new statement about coffee", {"text": "another one about tea", "kind": "poem"}])
+    assert [e.text for e in a.entries()][-1] == "a new statement about coffee"
+    a.close()
+    b.close()
+
+
 def test_a_file_that_is_not_an_agent_memory_is_refused_and_left_untouched(tmp_path):
     import hashlib
 

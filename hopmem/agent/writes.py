@@ -9,6 +9,7 @@ commit and can only add boost labels.
 from __future__ import annotations
 
 import datetime as _dt
+import inspect
 import json
 import logging
 import math
@@ -16,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from ..errors import InvalidInput, NotFound
 from ..memory import top_k_dot
@@ -31,6 +33,12 @@ from .validation import identity, seconds
 __all__ = ["WritesMixin"]
 
 logger = logging.getLogger("hopmem.agent")
+
+
+#: Texts per encoder call in :meth:`WritesMixin.remember_many`.
+ENCODE_BATCH = 256
+#: :meth:`WritesMixin.remember_many` shows a progress bar from this many items on (on a terminal).
+PROGRESS_FROM = 1000
 
 
 class WritesMixin(MemoryCore):
@@ -66,10 +74,17 @@ class WritesMixin(MemoryCore):
         visible in the same scope); without it supersession is detected as
         described in :class:`RecallConfig`.
         """
+        return self._remember(text, None, session_id=session_id, durability=durability, kind=kind,
+                              importance=importance, labels=labels, ttl=ttl, metadata=metadata,
+                              created_at=created_at, supersedes=supersedes)
+
+    def _remember(self, text: str, vector: np.ndarray | None, *, session_id: str | None, durability: str,
+                  kind: str, importance: float, labels: Mapping[str, Any] | None,
+                  ttl: float | _dt.timedelta | None, metadata: Any, created_at: float | None,
+                  supersedes: int | None) -> Entry:
+        """:meth:`remember`, with the statement's centred vector when the caller has encoded it already."""
         self._check_open()
-        if not isinstance(text, str) or not text.strip():
-            raise InvalidInput(f"text: expected a non-empty string, got {text!r:.80}")
-        text = text.strip()
+        text = _statement(text)
         if durability not in DURABILITIES:
             raise InvalidInput(f"durability: expected 'shared' or 'session', got {durability!r}")
         session_id = identity(session_id, "session_id", required=durability == "session")
@@ -83,7 +98,8 @@ class WritesMixin(MemoryCore):
             meta_json = None if metadata is None else json.dumps(metadata, sort_keys=True)
         except (TypeError, ValueError) as exc:
             raise InvalidInput(f"metadata: expected JSON-serialisable data: {exc}") from None
-        vector = self._encode([text])[0]
+        if vector is None:
+            vector = self._encode([text])[0]
         if not np.any(vector):
             raise InvalidInput(f"text: the encoder gives it no direction after centring: {text!r:.80}")
         with self._lock:
@@ -248,17 +264,66 @@ class WritesMixin(MemoryCore):
         scored.sort(key=lambda t: (t[0], t[1], t[2]))
         return [t[3] for t in scored[:excess]]
 
-    def remember_many(self, items: Iterable[str | Mapping[str, Any]], **defaults: Any) -> list[Entry]:
-        """:meth:`remember` each item (a text, or a dict of remember's arguments with ``text``)."""
-        out = []
-        for item in items:
+    def remember_many(self, items: Iterable[str | Mapping[str, Any]], *, progress: bool | None = None,
+                      **defaults: Any) -> list[Entry]:
+        """:meth:`remember` each item: a text, or a dict of :meth:`remember`'s arguments with ``text``.
+
+        ``defaults`` apply to every item (an item's own arguments win). Every
+        item is checked for a text and known argument names, and all texts are
+        encoded in batches, before anything is stored: encoding statement by
+        statement is about 2.7 times slower with all-MiniLM-L6-v2. Then each
+        is stored as :meth:`remember` stores it, in order; an item that
+        :meth:`remember` would refuse raises with the items before it stored.
+        ``progress`` shows a bar while encoding (default: from
+        :data:`PROGRESS_FROM` items on, when stderr is a terminal).
+        """
+        self._check_open()
+        unknown = set(defaults) - REMEMBER_ARGS
+        if unknown:
+            raise InvalidInput(f"remember_many: unknown argument(s) {sorted(unknown)}; "
+                               f"expected {sorted(REMEMBER_ARGS)}")
+        calls: list[tuple[str, dict[str, Any]]] = []
+        for i, item in enumerate(items):
             args = dict(defaults)
             if isinstance(item, str):
                 args["text"] = item
             elif isinstance(item, Mapping):
                 args.update(item)
             else:
-                raise InvalidInput(f"items: expected str or dict, got {type(item).__name__}")
-            text = args.pop("text", None)
-            out.append(self.remember(text, **args))
-        return out
+                raise InvalidInput(f"items[{i}]: expected a str or a dict, got {type(item).__name__}")
+            unknown = set(args) - REMEMBER_ARGS - {"text"}
+            if unknown:
+                raise InvalidInput(f"items[{i}]: unknown argument(s) {sorted(unknown)}")
+            try:
+                text = _statement(args.pop("text", None))
+            except InvalidInput as exc:
+                raise InvalidInput(f"items[{i}]: {exc}") from None
+            calls.append((text, args))
+        vectors = self._encode_batches([text for text, _ in calls], progress)
+        return [self._remember(text, vector, **{**REMEMBER_DEFAULTS, **args})
+                for (text, args), vector in zip(calls, vectors)]
+
+    def _encode_batches(self, texts: list[str], progress: bool | None) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), np.float32)
+        # None: tqdm's own choice (shown on a terminal), from PROGRESS_FROM texts on
+        disable = (None if len(texts) >= PROGRESS_FROM else True) if progress is None else not progress
+        with tqdm(total=len(texts), desc="encoding", unit="text", disable=disable) as bar:
+            parts = []
+            for start in range(0, len(texts), ENCODE_BATCH):
+                parts.append(self._encode(texts[start:start + ENCODE_BATCH]))
+                bar.update(len(parts[-1]))
+        return np.concatenate(parts)
+
+
+def _statement(text: Any) -> str:
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidInput(f"text: expected a non-empty string, got {text!r:.80}")
+    return text.strip()
+
+
+#: :meth:`WritesMixin.remember`'s keyword arguments and their defaults.
+REMEMBER_DEFAULTS: dict[str, Any] = {
+    name: p.default for name, p in inspect.signature(WritesMixin.remember).parameters.items()
+    if p.kind is inspect.Parameter.KEYWORD_ONLY}
+REMEMBER_ARGS = frozenset(REMEMBER_DEFAULTS)
