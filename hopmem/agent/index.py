@@ -120,4 +120,4 @@ class Partition:
 
 def value_tokens(text: str) -> frozenset[str]:
     """Tokens holding a digit: values that make two similar sentences different facts."""
-    return frozenset(t for t in kw._WORD.findall(text.lower()) if any(c.isdigit() for c in t))
+    return frozenset(t for t in kw._WORD.findall(text.lower()) if any(map(str.isdigit, t)))

@@ -10,6 +10,7 @@ rare in the memory.
 
 from __future__ import annotations
 
+import functools
 import re
 
 __all__ = [
@@ -112,6 +113,7 @@ def contains_token(text: str, token: str) -> bool:
     return re.search(pattern, text.lower()) is not None
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def stem(word: str) -> str:
     """A light English suffix stripper (plural, -ing, -ed), for counting known words.
 
