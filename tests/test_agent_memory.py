@@ -639,6 +639,21 @@ def test_vectors_are_centred_unit_vectors(tmp_path):
     np.testing.assert_allclose(vec, expected, atol=1e-6)
 
 
+def test_rank_checks_its_arguments_as_recall_does(tmp_path):
+    mem, _ = make(tmp_path)
+    mem.remember(FACTS[2])
+    for bad in ("", "   ", None, 7):
+        for call in (mem.recall, mem.rank):
+            with pytest.raises(InvalidInput, match="text: expected a non-empty string"):
+                call(bad)
+    for limit in (0, 101, True, 2.0):
+        for call in (mem.recall, mem.rank):
+            with pytest.raises(InvalidInput, match="limit"):
+                call("billing", limit=limit)
+    assert mem.rank("  billing Postgres  ")[0].text == FACTS[2]
+    mem.close()
+
+
 class CountingEncoder:
     """The hashing encoder, counting its calls."""
 

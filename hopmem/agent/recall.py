@@ -31,7 +31,7 @@ from .labels import labels_match
 from .parts import split_parts
 from .results import Hit, Selection
 from .temporal import TimeHints, parse_time_hints
-from .validation import identity
+from .validation import identity, statement
 from .verdict import abstention_reason, admission_reason, admit, admit_parts, decide, gate_note, select_gates
 
 __all__ = ["RecallMixin"]
@@ -67,11 +67,9 @@ class RecallMixin(MemoryCore):
         counted and a ``recalled`` event is emitted.
         """
         self._check_open()
-        if not isinstance(text, str) or not text.strip():
-            raise InvalidInput(f"text: expected a non-empty string, got {text!r:.80}")
+        statement(text)
         session_id = identity(session_id, "session_id", required=False)
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100:
-            raise InvalidInput(f"limit: expected an int in [1, 100], got {limit!r}")
+        _check_limit(limit)
         if mode not in MODES:
             raise InvalidInput(f"mode: expected one of {MODES}, got {mode!r}")
         wanted = self.label_policy.normalise(labels, strict=True) if labels else {}
@@ -257,13 +255,20 @@ class RecallMixin(MemoryCore):
         ``explanation.admitted_by`` says whether recall would have admitted it.
         """
         self._check_open()
+        text = statement(text)
+        _check_limit(limit)
         if mode not in MODES:
             raise InvalidInput(f"mode: expected one of {MODES}, got {mode!r}")
         session_id = identity(session_id, "session_id", required=False)
-        vec, pieces = self._encode_query(text.strip())
+        vec, pieces = self._encode_query(text)
         with self._lock:
             self._sync()
-            sel, _ = self._retrieve(text.strip(), vec, session_id=session_id, wanted={}, kind_set=None,
+            sel, _ = self._retrieve(text, vec, session_id=session_id, wanted={}, kind_set=None,
                                     limit=limit, mode=mode, since=None, until=None, query_labels={},
                                     now=self._now(), admit_all=True, pieces=pieces)
         return list(sel.hits)
+
+
+def _check_limit(limit: Any) -> None:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100:
+        raise InvalidInput(f"limit: expected an int in [1, 100], got {limit!r}")

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import HopmemError, InvalidInput
 
-__all__ = ["MissingIdentity", "identity", "seconds", "now_checked"]
+__all__ = ["MissingIdentity", "identity", "statement", "seconds", "now_checked"]
 
 
 class MissingIdentity(HopmemError, ValueError):
@@ -50,3 +50,10 @@ def identity(value: Any, name: str, *, required: bool) -> str | None:
     if len(value) > 256:
         raise InvalidInput(f"{name}: expected at most 256 characters, got {len(value)}")
     return value
+
+
+def statement(text: Any) -> str:
+    """A statement or query: a string with something besides whitespace, returned stripped."""
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidInput(f"text: expected a non-empty string, got {text!r:.80}")
+    return text.strip()

@@ -28,7 +28,7 @@ from .index import Row, value_tokens
 from .results import Entry
 from .retention import entry_value
 from .store import vector_blob
-from .validation import identity, seconds
+from .validation import identity, seconds, statement
 
 __all__ = ["WritesMixin"]
 
@@ -84,7 +84,7 @@ class WritesMixin(MemoryCore):
                   supersedes: int | None) -> Entry:
         """:meth:`remember`, with the statement's centred vector when the caller has encoded it already."""
         self._check_open()
-        text = _statement(text)
+        text = statement(text)
         if durability not in DURABILITIES:
             raise InvalidInput(f"durability: expected 'shared' or 'session', got {durability!r}")
         session_id = identity(session_id, "session_id", required=durability == "session")
@@ -295,7 +295,7 @@ class WritesMixin(MemoryCore):
             if unknown:
                 raise InvalidInput(f"items[{i}]: unknown argument(s) {sorted(unknown)}")
             try:
-                text = _statement(args.pop("text", None))
+                text = statement(args.pop("text", None))
             except InvalidInput as exc:
                 raise InvalidInput(f"items[{i}]: {exc}") from None
             calls.append((text, args))
@@ -314,12 +314,6 @@ class WritesMixin(MemoryCore):
                 parts.append(self._encode(texts[start:start + ENCODE_BATCH]))
                 bar.update(len(parts[-1]))
         return np.concatenate(parts)
-
-
-def _statement(text: Any) -> str:
-    if not isinstance(text, str) or not text.strip():
-        raise InvalidInput(f"text: expected a non-empty string, got {text!r:.80}")
-    return text.strip()
 
 
 #: :meth:`WritesMixin.remember`'s keyword arguments and their defaults.
