@@ -17,10 +17,13 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 # torch first, pinned: the CPU build of 2.13.0 lies on this machine's disk, and an
-# unpinned torch would pull a multi-GB CUDA build.
+# unpinned torch would pull a multi-GB CUDA build. The build tools go in before the
+# editable install, which runs without build isolation: Cython and NumPy for our
+# kernel, pybind11 for hnswlib (a peer in the benchmarks), which PyPI ships only as
+# source for this Python.
 $(STAMP): $(BIN)/python pyproject.toml setup.py
 	$(BIN)/python -m pip install -q "torch==2.13.0"
-	$(BIN)/python -m pip install -q setuptools wheel "Cython>=3.0" "numpy>=1.26" "scipy>=1.11"
+	$(BIN)/python -m pip install -q setuptools wheel "Cython>=3.0" "numpy>=1.26" "scipy>=1.11" "pybind11>=2.10"
 	$(BIN)/python -m pip install -q --no-build-isolation -e ".[test,text,server,bench,notebooks]"
 	touch $(STAMP)
 
