@@ -7,14 +7,17 @@ needs the real encoder (all-MiniLM-L6-v2) and runs in CI or with
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 
 import numpy as np
 import pytest
 
-from benchmarks.agent_eval.run import (CATEGORIES, CachedEncoder, bootstrap_f1, bootstrap_gap, build_memory,
-                                       cosine_baseline, evaluate, load, make_encoder, mean_tables, score, targets)
+from benchmarks.agent_eval.plot import GROUPS, abstention_bars, figure, recall_bars
+from benchmarks.agent_eval.run import CachedEncoder, build_memory, cosine_baseline, evaluate, load, make_encoder, targets
+from benchmarks.agent_eval.run import main as run_main
+from benchmarks.agent_eval.scoring import CATEGORIES, bootstrap_f1, bootstrap_gap, mean_tables, score
 
 SETS = ("dev", "dev2", "test")
 
@@ -113,6 +116,45 @@ def test_bootstrap_f1_brackets_the_f1_of_the_table():
     lines = targets(mean_tables([score(data, r) for r in results]), None, data, results)
     assert "95% interval" in lines[-1] and "NOT met" not in lines[-1]
     assert "(multi-session vs associative; 95% interval +0.0 to +0.0 over its 10 questions)" in lines[0]
+
+
+def test_recall_bars_are_the_table_means_with_their_intervals():
+    data, split = _bootstrap_case()
+    results = [split(7, 8)]
+    bars = recall_bars(data, results, "r5")
+    multi = GROUPS.index("multi-session")
+    mean, lo, hi = bars["hybrid"][multi]
+    assert mean == pytest.approx(score(data, results[0])["hybrid"]["categories"]["multi-session"]["r5"]) == 0.7
+    assert lo < 0.7 < hi <= 1.0
+    assert tuple(bars["associative"][multi]) == (1.0, 1.0, 1.0)  # every question found: no spread to resample
+    assert np.isnan(bars["hybrid"][GROUPS.index("temporal")]).all()  # a category with no questions: nothing drawn
+    assert tuple(recall_bars(data, results, "k5")["hybrid"][multi]) == (1.0, 1.0, 1.0)  # the ranking alone
+    abst = abstention_bars(data, results)
+    assert set(abst) == {"hybrid", "associative", "keyword"}  # cosine top-k never abstains
+    assert abst["hybrid"]["precision"] == 1.0 and abst["hybrid"]["recall"] == pytest.approx(0.8)
+    assert abst["hybrid"]["f1_low"] < abst["hybrid"]["f1"] < abst["hybrid"]["f1_high"]
+
+
+def test_figure_writes_a_png_and_refuses_no_splits(tmp_path):
+    data, split = _bootstrap_case()
+    out = figure(data, [split(7, 8), split(9, 6)], tmp_path / "img" / "eval.png", title="synthetic")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
+    with pytest.raises(ValueError, match="no fold splits"):
+        figure(data, [], tmp_path / "none.png")
+    assert not (tmp_path / "none.png").exists()
+
+
+def test_the_script_runs_end_to_end_with_the_hashing_encoder(tmp_path, capsys):
+    """The whole protocol on the development set without the model: tables, targets, the figure and the JSON."""
+    code = run_main(["--data", "dev", "--encoder", "hashing", "--no-latency", "--plot", str(tmp_path / "e.png"),
+                     "--json", str(tmp_path / "e.json")])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "| **overall** | 133 |" in out and "Targets:" in out and "abstention F1 (hybrid" in out
+    assert (tmp_path / "e.png").read_bytes()[:4] == b"\x89PNG"
+    raw = json.loads((tmp_path / "e.json").read_text())
+    assert raw["meta"]["encoder"].startswith("hashing") and set(raw["table"]) == {"hybrid", "associative", "keyword",
+                                                                                "cosine"}
 
 
 @pytest.mark.skipif(not (os.environ.get("HOPMEM_SLOW_TESTS") or os.environ.get("CI")),

@@ -5,6 +5,7 @@
     python -m benchmarks.agent_eval.run --data dev2 --splits 5   # the second one, means over 5 fold splits
     python -m benchmarks.agent_eval.run --quick         # fewer latency entries and repeats
     python -m benchmarks.agent_eval.run --encoder hashing   # no model (lexical hashing encoder)
+    python -m benchmarks.agent_eval.run --splits 5 --plot docs/img/agent_eval.png   # and the figure
     python -m benchmarks.agent_eval.run --data dev --fit-defaults   # the uncalibrated verdict models
 
 Three sets of conversations in the same format and categories (single-fact,
@@ -65,13 +66,13 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.agent_eval.scoring import CATEGORIES, RETRIEVERS, bootstrap_f1, bootstrap_gap, mean_tables, score
+
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "conversations.json"  # the test set: report on it, choose nothing on it
 DEV_DATA = HERE / "dev_conversations.json"  # the development set: choose defaults on it
 DEV2_DATA = HERE / "dev2_conversations.json"  # a second development set, written later and independently
 DAY = 86400.0
-CATEGORIES = ("single-fact", "multi-session", "knowledge-update", "temporal", "identifier", "abstention")
-RETRIEVERS = ("hybrid", "associative", "keyword", "cosine")
 
 
 class CachedEncoder:
@@ -168,12 +169,6 @@ def folds(questions: list[dict[str, Any]], seed: int = 0) -> list[list[int]]:
     return out
 
 
-def recall_at(ranked: list[str], gold: list[str], k: int) -> float:
-    if not gold:
-        return 0.0
-    return len(set(ranked[:k]) & set(gold)) / min(k, len(gold))
-
-
 def evaluate(mem: Any, entry_of: dict[int, str], data: dict[str, Any], cosine: Any, *, holdout: float = 0.0,
              error_budget: float | None = None, seed: int = 0, modes: tuple[str, ...] = RETRIEVERS) -> dict[str, Any]:
     questions = data["questions"]
@@ -199,104 +194,6 @@ def evaluate(mem: Any, entry_of: dict[int, str], data: dict[str, Any], cosine: A
                 top = cosine(q["question"])
                 results["cosine"][i] = {"ranked": top, "abstained": False, "ranking": top}
     return {"results": results, "gates": {m: v for m, v in gates_used.items()}}
-
-
-def score(data: dict[str, Any], results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    questions = data["questions"]
-    table: dict[str, dict[str, Any]] = {}
-    for mode, rows in results.items():
-        per_cat: dict[str, dict[str, list[float]]] = defaultdict(lambda: {"r1": [], "r5": [], "k1": [], "k5": []})
-        tp = fp = fn = 0
-        gold_hits = hits = 0
-        for q, res in zip(questions, rows):
-            gold = q["answers"]
-            if gold:
-                hits += len(res["ranked"])
-                gold_hits += len(set(res["ranked"]) & set(gold))
-                per_cat[q["category"]]["r1"].append(recall_at(res["ranked"], gold, 1))
-                per_cat[q["category"]]["r5"].append(recall_at(res["ranked"], gold, 5))
-                per_cat["overall"]["r1"].append(recall_at(res["ranked"], gold, 1))
-                per_cat["overall"]["r5"].append(recall_at(res["ranked"], gold, 5))
-                for key in (q["category"], "overall"):
-                    per_cat[key]["k1"].append(recall_at(res["ranking"], gold, 1))
-                    per_cat[key]["k5"].append(recall_at(res["ranking"], gold, 5))
-                fp += res["abstained"]
-            else:
-                tp += res["abstained"]
-                fn += not res["abstained"]
-        precision = tp / (tp + fp) if tp + fp else 0.0
-        recall = tp / (tp + fn) if tp + fn else 0.0
-        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-        table[mode] = {
-            "categories": {c: {"r1": float(np.mean(v["r1"])), "r5": float(np.mean(v["r5"])),
-                               "k1": float(np.mean(v["k1"])), "k5": float(np.mean(v["k5"])), "n": len(v["r1"])}
-                           for c, v in per_cat.items()},
-            "abstention": {"precision": precision, "recall": recall, "f1": f1, "abstained": tp + fp},
-            "hits": {"precision": gold_hits / hits if hits else 0.0,
-                     "per_question": hits / max(1, sum(1 for q in questions if q["answers"]))},
-        }
-    return table
-
-
-def mean_tables(tables: list[dict[str, Any]]) -> dict[str, Any]:
-    """The element-wise mean of score() tables (several fold splits of the same questions)."""
-    def mean(values: list[Any]) -> Any:
-        if isinstance(values[0], dict):
-            return {k: mean([v[k] for v in values]) for k in values[0]}
-        if all(v == values[0] for v in values):
-            return values[0]  # counts stay ints
-        return float(np.mean(values))
-
-    return mean(tables)
-
-
-BOOTSTRAP_RESAMPLES = 4000
-
-
-def per_question(data: dict[str, Any], results: dict[str, list[dict[str, Any]]], mode: str,
-                 key: str = "r5") -> tuple[np.ndarray, np.ndarray]:
-    """``(recall, abstained)`` per question for ``mode``: recall@5 end to end (``"r5"``) or of the ranking alone
-    (``"k5"``), NaN for unanswerable questions; ``abstained`` as 0/1."""
-    field = "ranked" if key == "r5" else "ranking"
-    rows = results[mode]
-    recall = np.array([recall_at(r[field], q["answers"], 5) if q["answers"] else np.nan
-                       for q, r in zip(data["questions"], rows)])
-    return recall, np.array([float(r["abstained"]) for r in rows])
-
-
-def bootstrap_gap(data: dict[str, Any], splits: list[dict[str, list[dict[str, Any]]]], category: str,
-                  mode: str, other: str, key: str = "r5", *, resamples: int = BOOTSTRAP_RESAMPLES,
-                  seed: int = 0) -> tuple[float, float]:
-    """95% interval of ``mode``'s R@5 minus ``other``'s on ``category``: a paired bootstrap over its questions.
-
-    Each resample draws the category's questions with replacement and takes the mean difference over the
-    fold splits (the same estimator as the tables'). With few questions per category (24 to 46 here) a gap
-    of several points is within sampling noise; the interval says how much.
-    """
-    idx = [i for i, q in enumerate(data["questions"])
-           if (bool(q["answers"]) if category == "overall" else q["category"] == category)]
-    diff = np.mean([per_question(data, res, mode, key)[0][idx] - per_question(data, res, other, key)[0][idx]
-                    for res in splits], axis=0)
-    rng = np.random.default_rng(seed)
-    means = diff[rng.integers(0, len(diff), size=(resamples, len(diff)))].mean(axis=1)
-    lo, hi = np.percentile(means, [2.5, 97.5])
-    return float(lo), float(hi)
-
-
-def bootstrap_f1(data: dict[str, Any], splits: list[dict[str, list[dict[str, Any]]]], mode: str = "hybrid", *,
-                 resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> tuple[float, float]:
-    """95% interval of ``mode``'s abstention F1 (mean over the fold splits): a bootstrap over all questions."""
-    unanswerable = np.array([not q["answers"] for q in data["questions"]])
-    abstained = np.array([per_question(data, res, mode)[1] for res in splits]).astype(bool)  # (splits, questions)
-    rng = np.random.default_rng(seed)
-    draws = rng.integers(0, len(unanswerable), size=(resamples, len(unanswerable)))
-    neg, abst = unanswerable[draws][:, None, :], abstained[:, draws].transpose(1, 0, 2)  # (resamples, splits, q)
-    tp = (abst & neg).sum(axis=2)
-    fp = (abst & ~neg).sum(axis=2)
-    fn = (~abst & neg).sum(axis=2)
-    f1 = np.where(2 * tp + fp + fn > 0, 2 * tp / np.maximum(2 * tp + fp + fn, 1), 0.0).mean(axis=1)
-    lo, hi = np.percentile(f1, [2.5, 97.5])
-    return float(lo), float(hi)
 
 
 def sweep(mem: Any, entry_of: dict[int, str], data: dict[str, Any], cosine: Any, budgets: list[float],
@@ -557,6 +454,8 @@ def main(argv: list[str] | None = None) -> int:
                              "and exit")
     parser.add_argument("--json", metavar="PATH", help="also write the raw numbers here")
     parser.add_argument("--dump", metavar="PATH", help="write per-question results here (the first fold split)")
+    parser.add_argument("--plot", metavar="PATH", help="draw recall@5 per category and abstention, with 95%% "
+                                                       "intervals, to this PNG (benchmarks.agent_eval.plot)")
     parser.add_argument("--cache", metavar="PATH", help="keep encoded vectors in this .npz between runs")
     args = parser.parse_args(argv)
     if args.splits < 1:
@@ -613,6 +512,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({"table": table, "latency": lat, "encoder_latency": enc_lat,
                                                "meta": meta, "sweep": sweep_table}, indent=2))
+    if args.plot:
+        from benchmarks.agent_eval.plot import figure
+
+        title = (f"{args.data} set, {inner.name}, error budget {budget:g}"
+                 + (f", means over {args.splits} fold splits" if args.splits > 1 else f", fold split {args.seed}"))
+        print(f"Figure: {figure(data, [e['results'] for e in evs], args.plot, title=title)}")
     if args.dump:
         qs = data["questions"]
         rows = [{"id": q["id"], "category": q["category"], "question": q["question"], "answers": q["answers"],
