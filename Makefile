@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.hopmem-installed
 export OPENBLAS_NUM_THREADS ?= 1
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: all install build test demo serve bench bench-smoke asv asv-smoke clean
+.PHONY: all install build test typecheck demo serve bench bench-smoke asv asv-smoke clean
 
 all: test
 
@@ -36,6 +36,10 @@ build: $(STAMP)
 test: build
 	$(BIN)/python -m pytest -q
 
+# The package ships py.typed; its annotations are checked (config in pyproject.toml).
+typecheck: build
+	$(BIN)/python -m mypy
+
 demo: build
 	$(BIN)/python -m hopmem.demo
 
@@ -59,4 +63,4 @@ asv-smoke: build
 	$(BIN)/asv run --quick --dry-run --python=same --show-stderr
 
 clean:
-	rm -rf build hopmem/_kernel.c hopmem/*.so .hypothesis .pytest_cache
+	rm -rf build hopmem/_kernel.c hopmem/*.so .hypothesis .pytest_cache .mypy_cache

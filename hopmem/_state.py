@@ -203,10 +203,11 @@ class State:
         n = int(snap.ids.shape[0])
         arrays = (snap.ids, snap.addresses, snap.counters, snap.weights)
         bases = [_spare_base(a, restore_capacity(n)) for a in arrays]
-        if any(b is None for b in bases):
+        spare = [b for b in bases if b is not None]
+        if len(spare) < len(bases):
             return cls.from_snapshot(dim, snap, compact=compact)
         state = cls(dim, snap.eta, 0, capacity=1, compact=compact)
-        state.ids, state.addresses, state.counters, state.weights = bases
+        state.ids, state.addresses, state.counters, state.weights = spare
         if compact:
             state.addresses16 = np.zeros((restore_capacity(n), dim), dtype=np.float16)
         state._set_scalars(snap)

@@ -91,7 +91,9 @@ class Centerer:
     [1.0, 0.0]
     """
 
-    __hash__ = None  # mutable; equality compares state
+    # mutable; equality compares state. (mypy rejects None for object's __hash__, but this is
+    # the documented way to make instances unhashable.)
+    __hash__ = None  # type: ignore[assignment]
 
     def __init__(self, dim: int | None = None) -> None:
         self._dim_arg = _check_dim(dim)

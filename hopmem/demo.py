@@ -32,7 +32,9 @@ def load_conversation() -> dict[str, Any]:
 
 def pick_encoder(choice: str = "auto") -> tuple[Any, str]:
     """``(encoder, a line saying which and why)`` for ``choice`` in auto / minilm / hashing."""
-    from .encoders import EncoderUnavailable, HashingEncoder, SentenceTransformerEncoder, encoder_available
+    from .encoders import Encoder, EncoderUnavailable, HashingEncoder, SentenceTransformerEncoder, encoder_available
+
+    encoder: Encoder
 
     if choice in ("auto", "minilm") and (choice == "minilm" or encoder_available()):
         try:
@@ -51,10 +53,11 @@ def pick_encoder(choice: str = "auto") -> tuple[Any, str]:
                      "not meaning, so expect fewer answers")
 
 
-def _split(data: dict[str, Any]) -> tuple[list[dict], list[dict], list[str], list[str]]:
+def _split(data: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str], list[str]]:
     """Calibration and demonstration halves: one paraphrase per statement each."""
     seen: set[str] = set()
-    calibrate, show = [], []
+    calibrate: list[dict[str, Any]] = []
+    show: list[dict[str, Any]] = []
     for item in data["related"]:
         (show if item["answers"] in seen else calibrate).append(item)
         seen.add(item["answers"])
@@ -98,11 +101,14 @@ def main(argv: list[str] | None = None) -> int:
             ids = memory.remember([s["text"] for s in data["statements"]],
                                   [{"sid": s["id"], "topic": s["topic"]} for s in data["statements"]])
             stats = memory.collection.stats()
+            centerer = memory.centerer
+            assert centerer is not None  # remember() has just fixed the mean
             print(f"remembered {len(ids)} statements in {path} ({stats.num_locations} locations, "
                   f"mode={TEXT_COLLECTION_CONFIG['mode']}, beta={TEXT_COLLECTION_CONFIG['beta']:g}; "
-                  f"centering mean of the first {memory.centerer.n_samples_seen_} texts, frozen)")
+                  f"centering mean of the first {centerer.n_samples_seen_} texts, frozen)")
 
             gate = memory.calibrate([q["question"] for q in cal_related], cal_unrelated)
+            assert gate.bands is not None  # calibrate() always fits the bands
             print(f"gate calibrated on {len(cal_related)} related and {len(cal_unrelated)} unrelated "
                   f"questions: tau {gate.tau:.2f} on the best hit's {gate.statistic}, AUC "
                   f"{gate.gate.auc:.3f}; bands: vivid >= {gate.bands.vivid:.2f}, clear >= "

@@ -405,6 +405,7 @@ class SentenceTransformerEncoder:
         except ImportError as exc:
             raise EncoderUnavailable(f"SentenceTransformerEncoder needs sentence-transformers: {_EXTRA_HINT}") from exc
 
+        source: str | Path
         if model is None:
             source, local_only, name = _bundled_model_path(), True, DEFAULT_MODEL_NAME
         else:

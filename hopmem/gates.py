@@ -49,7 +49,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -421,6 +421,16 @@ def _bands(relevant: np.ndarray, tau: float) -> Bands:
     return Bands(vivid=max(vivid, tau), clear=tau)
 
 
+class _GateCommon(TypedDict):
+    """The :class:`Gate` fields :func:`calibrate` sets the same way whether or not the scores separate."""
+
+    auc: float
+    n_relevant: int
+    n_irrelevant: int
+    calibrated_writes: int | None
+    calibrated_locations: int | None
+
+
 def calibrate(
     relevant_scores: ArrayLike,
     irrelevant_scores: ArrayLike,
@@ -479,7 +489,7 @@ def calibrate(
     calibrated_locations = _count(locations, "locations", allow_none=True)
 
     area = _auc(relevant, irrelevant)
-    common = dict(
+    common = _GateCommon(
         auc=area,
         n_relevant=relevant.size,
         n_irrelevant=irrelevant.size,

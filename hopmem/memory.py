@@ -15,9 +15,10 @@ import math
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from . import _reference
 from ._rwlock import RWLock
@@ -159,13 +160,13 @@ def _all_finite(flat: np.ndarray) -> bool:
         try:
             from ._kernel import all_finite as check
         except ImportError:  # the reference backend works without the build
-            def check(values: np.ndarray) -> bool:
+            def check(values: npt.NDArray[np.float32]) -> bool:
                 return bool(np.isfinite(values).all())
         _finite_check = check
     return _finite_check(flat)
 
 
-_finite_check = None
+_finite_check: Callable[[npt.NDArray[np.float32]], bool] | None = None
 
 
 # -- engines: the kernel and the reference behind one interface ------------------------

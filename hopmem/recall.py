@@ -574,9 +574,10 @@ def calibrate_gate(
                 f"cannot calibrate: some {name} questions found no document (was everything "
                 "written without metadata?)")
     stats = source.stats()
-    load = dict(writes=int(stats.writes), locations=int(stats.num_locations))
-    common = dict(holdout_fraction=holdout_fraction, seed=seed, **load)
-    gate = gates.calibrate(rel.statistic(statistic), irr.statistic(statistic), error_budget, **common)
+    writes, locations = int(stats.writes), int(stats.num_locations)
+    gate = gates.calibrate(rel.statistic(statistic), irr.statistic(statistic), error_budget,
+                           holdout_fraction=holdout_fraction, seed=seed, writes=writes, locations=locations)
     bands = gate.bands if statistic == "confidence" else gates.calibrate(
-        rel.confidence, irr.confidence, error_budget, **common).bands
+        rel.confidence, irr.confidence, error_budget,
+        holdout_fraction=holdout_fraction, seed=seed, writes=writes, locations=locations).bands
     return RecallGate(gate=gate, statistic=statistic, bands=bands, encoder=encoder, centering=centering)

@@ -29,7 +29,7 @@ import numpy as np
 from ._rwlock import RWLock
 from ._state import to_half
 from .errors import EmptyMemory, InvalidInput
-from .memory import Memory, as_vectors, top_k_cosine, top_k_dot
+from .memory import Memory, Trace, as_vectors, top_k_cosine, top_k_dot
 
 __all__ = ["ResolveMode", "MODES", "VectorIndex", "PostingIndex", "resolve_exact", "resolve_indexed",
            "check_mode", "check_n"]
@@ -233,8 +233,10 @@ class VectorIndex:
                 if self._size == 0 or self._size == self._dead:
                     return np.zeros(0, np.int64), np.zeros(0, np.float32)
                 k = min(self._size, n + self._dead)
+                half = self._half
+                assert half is not None  # built above; once built it is never dropped
                 rows, scores = top_k_cosine(self._vectors[: self._size], q, k,
-                                            half=self._half[: self._size])
+                                            half=half[: self._size])
                 rows, scores = rows[0], scores[0]
                 live = self._alive[rows]
                 rows, scores = rows[live][:n], scores[live][:n]
@@ -449,5 +451,6 @@ def resolve_indexed(memory: Memory, index: VectorIndex, vector: np.ndarray,
         trace = memory.analyze(q[0], "fast")
     except EmptyMemory:
         return np.zeros(0, np.int64), np.zeros(0, np.float32)
+    assert isinstance(trace, Trace)  # one vector: one trace
     candidates = np.asarray(postings(trace.activated), np.int64)
     return index.search(q[0], n, candidates)

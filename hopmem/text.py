@@ -162,7 +162,7 @@ class TextCollection:
         self._min_fit = min_fit
         self._resolution = resolution
         self._lock = _lock_for(collection)
-        self._centerer_cache: tuple[str, Centerer] | None = None
+        self._centerer_cache: tuple[str | None, Centerer] | None = None  # (fingerprint, centerer)
         self._source = _CollectionSource(collection, resolution)
 
     # -- properties ------------------------------------------------------------------
@@ -291,7 +291,10 @@ class TextCollection:
     def _prepare_with(self, batch: list[str], centerer: Centerer) -> PreparedVectors:
         vectors = centerer.transform(self._encode(batch)) if batch else np.zeros(
             (0, int(self._encoder.dimension)), np.float32)
-        return PreparedVectors(vectors, self._encoder.fingerprint, centerer.fingerprint)
+        fingerprint = centerer.fingerprint
+        if fingerprint is None:  # as transform() says for a non-empty batch
+            raise InvalidInput("this Centerer is not fitted: call fit() or partial_fit() first")
+        return PreparedVectors(vectors, self._encoder.fingerprint, fingerprint)
 
     def _check_prepared(self, prepared: PreparedVectors, centerer: Centerer | None) -> None:
         if not isinstance(prepared, PreparedVectors):

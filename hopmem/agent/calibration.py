@@ -107,7 +107,6 @@ class CalibrationMixin(RecallMixin):
             rel = [sel for sel in self._measure(related, session_id, mode) if sel.override is None]
             unrel = [sel for sel in self._measure(unrelated, session_id, mode) if sel.override is None]
             n = len(self._rows)
-            common = dict(holdout_fraction=holdout_fraction, seed=seed, writes=n, locations=n)
             if self.config.verdict == "model":
                 models[mode], gates[mode] = self._fit_verdict(mode, rel, unrel, error_budget, holdout_fraction,
                                                               seed, n, self.config)
@@ -115,10 +114,12 @@ class CalibrationMixin(RecallMixin):
                 models[mode] = None
                 gates[mode] = _calibrate_scores([-1.0 if s.statistic is None else s.statistic for s in rel],
                                                 [-1.0 if s.statistic is None else s.statistic for s in unrel],
-                                                error_budget, **common)
+                                                error_budget, holdout_fraction=holdout_fraction, seed=seed,
+                                                writes=n, locations=n)
             bands[mode] = _calibrate_scores([-1.0 if s.evidence is None else s.evidence for s in rel],
                                             [-1.0 if s.evidence is None else s.evidence for s in unrel],
-                                            error_budget, **common)
+                                            error_budget, holdout_fraction=holdout_fraction, seed=seed,
+                                            writes=n, locations=n)
         self.set_gates(gates, bands, models)
         return gates
 
@@ -131,6 +132,8 @@ class CalibrationMixin(RecallMixin):
         unrel_fit, unrel_held = _split(unrel, holdout_fraction, rng)
         rel_features = [s.features for s in rel_fit if s.features]
         unrel_features = [s.features for s in unrel_fit if s.features]
+        rel_scores: Iterable[float]
+        unrel_scores: Iterable[float]
         if rel_features and unrel_features:
             features = features_for(mode, config)
             model = fit_model(features, rel_features, unrel_features)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..memory import Trace
 from . import keyword as kw
 from .config import RecallConfig
 from .evidence import novelty as _novelty
@@ -95,6 +96,7 @@ def _read_engines(found: Candidates, qvec: np.ndarray, parts: Sequence[Partition
         if mem is None:
             continue
         trace = mem.analyze(qvec)
+        assert isinstance(trace, Trace)  # one query vector: one trace
         fc = float(trace.first_contact)
         fid = float(trace.fidelity)
         if found.first_contact is None or fc > found.first_contact:
@@ -111,6 +113,7 @@ def _read_engines(found: Candidates, qvec: np.ndarray, parts: Sequence[Partition
         # activation (exact scores; with activation="compact" a float16 pre-scan)
         weight = max(fid, 0.0)
         resolved = mem.analyze(trace.result, strategy="fast")
+        assert isinstance(resolved, Trace)
         for loc, sim in zip(resolved.activated, resolved.similarities):
             row = part.loc_rows.get(int(loc))
             if row is None or not part.alive[row]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 from ..errors import InvalidInput
 
@@ -98,7 +99,7 @@ class RecallConfig:
 
     beta: float = 30.0
     assoc_k: int = 32
-    activation: str = "compact"
+    activation: Literal["exact", "compact"] = "compact"
     over_fetch: int = 50
     rrf_k: float = 20.0
     keyword_weight: float = 0.5

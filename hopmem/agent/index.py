@@ -6,7 +6,7 @@ word statistics that keyword evidence needs (:class:`Partition`).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -25,6 +25,34 @@ class Row:
         "merged_count", "superseded_by", "eval_sum", "eval_weight", "manual_feedback", "exposures",
         "expired_notified", "part", "supersedes", "value_tokens", "stems",
     )
+
+    # The slots' types, for readers and type checkers (annotations only: no class attributes).
+    id: int
+    session_id: str | None
+    durability: str  # "shared" or "session"
+    kind: str
+    text: str
+    norm_text: str
+    vector: np.ndarray
+    importance: float
+    labels: dict[str, list[str]]  # explicit labels: category -> values
+    inferred_labels: dict[str, list[str]]
+    metadata: dict[str, Any] | None
+    created_at: float
+    updated_at: float
+    reinforced_at: float
+    expires_at: float | None
+    merged_count: int
+    superseded_by: int | None
+    eval_sum: float
+    eval_weight: float
+    manual_feedback: float | None
+    exposures: int
+    expired_notified: bool
+    part: str | None  # the visibility partition: None (shared) or the session id
+    supersedes: list[int]
+    value_tokens: frozenset[str]
+    stems: frozenset[str]
 
     def __init__(self, **values: Any) -> None:
         for name in self.__slots__:
@@ -96,7 +124,7 @@ class Partition:
             self.dead = 0
             self.memory = None  # rebuilt on next read
 
-    def engine(self, beta: float, k: int, activation: str = "exact") -> Memory | None:
+    def engine(self, beta: float, k: int, activation: Literal["exact", "compact"] = "exact") -> Memory | None:
         """The plain-mode engine memory over this partition's rows (built lazily)."""
         if self.live == 0:
             return None

@@ -10,6 +10,7 @@ A recall with ``record=True`` then writes a receipt and exposure counts.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
@@ -188,16 +189,18 @@ class RecallMixin(MemoryCore):
 
         gate, band_gate, model, calibrated = select_gates(self._gates, self._band_gates, self._models, mode, cfg)
         override = "exact token" if found.exact else ("time window" if found.window_ids else None)
-        base = dict(id=uuid.uuid4().hex, query=text, namespace=self.namespace, session_id=session_id, mode=mode,
-                    novelty=round(found.novelty, 4), override=override, tau=gate.tau, calibrated=calibrated,
-                    first_contact=found.first_contact,
-                    time_hints={"order": hints.order, "window": hints.window, "cues": list(hints.cues)},
-                    timings={}, created_at=now, parts=tuple(ptext for ptext, _ in pieces))
+        # the fields every outcome shares (one selection id, made here)
+        selection = functools.partial(
+            Selection, id=uuid.uuid4().hex, query=text, namespace=self.namespace, session_id=session_id, mode=mode,
+            novelty=round(found.novelty, 4), override=override, tau=gate.tau, calibrated=calibrated,
+            first_contact=found.first_contact,
+            time_hints={"order": hints.order, "window": hints.window, "cues": list(hints.cues)},
+            timings={}, created_at=now, parts=tuple(ptext for ptext, _ in pieces))
         suffix = gate_note(gate, calibrated, len(self._rows))
         candidates = found.ids.union(*(pf.ids for _, pf in part_found))
         if not candidates:
-            return Selection(hits=(), abstained=True, reason="no candidates: nothing visible in this scope matches"
-                             + suffix, statistic=None, evidence=None, **base), expired_out
+            return selection(hits=(), abstained=True, reason="no candidates: nothing visible in this scope matches"
+                             + suffix, statistic=None, evidence=None), expired_out
 
         # every candidate gets all of its evidence, whichever list found it
         cand = sorted(candidates)
@@ -219,9 +222,9 @@ class RecallMixin(MemoryCore):
         if verdict.passes:
             admit_parts(admitted, cand, part_evidence, cfg.floor_ratio)
         if not admitted:
-            return Selection(hits=(), abstained=True, reason=abstention_reason(verdict, gate, cfg) + suffix,
-                             statistic=verdict.statistic, evidence=verdict.best_evidence, features=verdict.features,
-                             **base), expired_out
+            return selection(hits=(), abstained=True, reason=abstention_reason(verdict, gate, cfg) + suffix,
+                             statistic=verdict.statistic, evidence=verdict.best_evidence,
+                             features=verdict.features), expired_out
 
         ev = evidence.value
         lists = ranking.ranked_lists(found, evidence, in_window)
@@ -244,8 +247,8 @@ class RecallMixin(MemoryCore):
                                   ranks=ranks, fused=fused, final=final, boosts=boosts, via=via, in_window=in_window,
                                   band_gate=band_gate, use_keywords=use_keywords)
         reason = admission_reason(verdict, gate, hits[0].explanation.admitted_by)
-        return Selection(hits=tuple(hits), abstained=False, reason=reason + suffix, statistic=verdict.statistic,
-                         evidence=verdict.best_evidence, features=verdict.features, **base), expired_out
+        return selection(hits=tuple(hits), abstained=False, reason=reason + suffix, statistic=verdict.statistic,
+                         evidence=verdict.best_evidence, features=verdict.features), expired_out
 
     def rank(self, text: str, *, session_id: str | None = None, limit: int = 10, mode: str = "hybrid") -> list[Hit]:
         """The fused ranking of every candidate, ignoring the gate (no receipts, no events).

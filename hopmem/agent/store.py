@@ -259,7 +259,9 @@ class AgentStore:
         cols = [c for c in ENTRY_COLUMNS if c != "id" and c in values]
         sql = f"INSERT INTO entries ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
         cur = self.conn.execute(sql, [values[c] for c in cols])
-        entry_id = int(cur.lastrowid)
+        rowid = cur.lastrowid
+        assert rowid is not None  # an executed INSERT sets it
+        entry_id = int(rowid)
         self.conn.execute(f"INSERT INTO {fts} (rowid, text) VALUES (?, ?)", (entry_id, values["text"]))
         return entry_id
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal, overload
 
 from ..errors import HopmemError, InvalidInput
 
@@ -39,6 +39,19 @@ def seconds(value: Any, name: str) -> float | None:
     return float(value)
 
 
+def timestamp(value: Any, name: str) -> float | None:
+    """A clock time in finite seconds (None passes)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidInput(f"{name}: expected finite seconds on the memory's clock, got {value!r}")
+    return float(value)
+
+
+@overload
+def identity(value: Any, name: str, *, required: Literal[True]) -> str: ...
+@overload
+def identity(value: Any, name: str, *, required: bool) -> str | None: ...
 def identity(value: Any, name: str, *, required: bool) -> str | None:
     """A namespace or session id: a non-empty string of at most 256 characters, or None when optional."""
     if value is None:

@@ -190,7 +190,7 @@ def cross_fitted_log_odds(features: Sequence[str], relevant: Sequence[Mapping[st
                           [v for v, f in zip(irrelevant, fold_of[1]) if f != j])
         for group, assignment, out in zip((relevant, irrelevant), fold_of, scores):
             for i in np.flatnonzero(assignment == j):
-                out[i] = model.log_odds(group[i])
+                out[i] = model.log_odds(group[int(i)])
     return scores
 
 

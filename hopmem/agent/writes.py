@@ -171,7 +171,7 @@ class WritesMixin(MemoryCore):
             return None, []
         rows_idx, scores = top_k_dot(part.matrix[: part.n], vector[None, :], min(16, part.n))
         tokens = value_tokens(text)
-        similar: list[Row] = []
+        similar: list[tuple[float, Row]] = []
         best: Row | None = None
         for r, s in zip(rows_idx[0], scores[0]):
             if not part.alive[r]:
@@ -248,6 +248,8 @@ class WritesMixin(MemoryCore):
 
     def _choose_evictions(self, now: float, exclude: int, adding: int) -> list[Row]:
         """Least valuable entries beyond capacity (never ``exclude``, the one being written)."""
+        if self.capacity is None:  # unbounded: nothing to evict (callers check this first)
+            return []
         excess = len(self._rows) + adding - self.capacity
         if excess <= 0:
             return []

@@ -9,6 +9,7 @@ on the command line wins over the variable.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import signal
@@ -167,6 +168,7 @@ def run_server(app: Any, host: str, port: int, *, log_level: str = "info",
 
     from .transport import coalescing
 
+    protocol: type[asyncio.Protocol]
     if importlib.util.find_spec("httptools"):
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as protocol
     else:
@@ -180,7 +182,9 @@ def run_server(app: Any, host: str, port: int, *, log_level: str = "info",
     config = uvicorn.Config(
         app, host=host, port=port, http=coalescing(protocol), loop=loop, lifespan="on",
         access_log=access_log, log_level=log_level, server_header=False,
-        timeout_graceful_shutdown=shutdown_timeout, timeout_keep_alive=30,
+        # uvicorn annotates this int | None but passes it to asyncio.wait_for: seconds as a float work
+        timeout_graceful_shutdown=shutdown_timeout,  # type: ignore[arg-type]
+        timeout_keep_alive=30,
     )
     server = uvicorn.Server(config)
     # uvicorn re-raises the signal that stopped it once shut down; a SIGTERM that led to a

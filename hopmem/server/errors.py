@@ -53,7 +53,7 @@ _EncoderUnavailable = _encoder_unavailable()
 
 # Most specific first: DimensionMismatch is an InvalidInput, IncompatibleStore a StoreError.
 _BY_TYPE: tuple[tuple[type[BaseException], int], ...] = tuple(
-    pair for pair in (
+    (exc_type, status) for exc_type, status in (
         (DimensionMismatch, 400),
         (EmptyMemory, 400),
         (InvalidInput, 400),          # includes InvalidConfig
@@ -62,7 +62,7 @@ _BY_TYPE: tuple[tuple[type[BaseException], int], ...] = tuple(
         (IncompatibleStore, 409),     # opened with a different dimension/config/encoder
         (_EncoderUnavailable, 503),   # the database's encoder cannot be loaded here
         (StoreError, 503),            # disk full, I/O failure, corrupt file: not a bug of ours
-    ) if pair[0] is not None
+    ) if exc_type is not None
 )
 
 

@@ -15,10 +15,11 @@ import logging
 import os
 from typing import Any, Awaitable, Callable, Sequence
 
+import numpy as np
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Match, Route
+from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hopmem.config import MemoryConfig
@@ -301,7 +302,7 @@ class Handlers:
             raise HTTPError(400, f"unknown config field(s): {', '.join(unknown)}; expected "
                             f"some of {', '.join(sorted(_CONFIG_FIELDS))}")
         for key, cap in m.CONFIG_CAPS.items():  # bound the work one read can cost
-            value = config.get(key)
+            value: Any = config.get(key)  # a JSON value, of any type
             if type(value) in (int, float) and value > cap:
                 raise HTTPError(400, f"config field {key!r}: at most {cap} on this server, "
                                 f"got {value}")
@@ -376,7 +377,7 @@ class Handlers:
             return {"count": int(result.count)}
         return {"count": int(result.count), "ids": _ids(ids)}
 
-    async def _query(self, ctx: Ctx) -> tuple[Any, list, str]:
+    async def _query(self, ctx: Ctx) -> tuple[Any, np.ndarray, str]:
         body = await self.body(ctx)
         handle = await self.database(ctx)
         name = ctx.collection_name
@@ -573,12 +574,12 @@ class HotRoutes:
     fully (another path, a wrong method) goes on to the application.
     """
 
-    def __init__(self, app: ASGIApp, routes: Sequence[Route]) -> None:
+    def __init__(self, app: ASGIApp, routes: Sequence[BaseRoute]) -> None:
         self.app = app
         # Candidates by the path's last segment ("read", "query", ...): one dict lookup.
         self._by_action: dict[str, list[Route]] = {}
         for route in routes:
-            if route.name.removeprefix("db_") in HOT:
+            if isinstance(route, Route) and route.name.removeprefix("db_") in HOT:
                 self._by_action.setdefault(route.path.rsplit("/", 1)[1], []).append(route)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

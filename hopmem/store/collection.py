@@ -173,6 +173,7 @@ class Collection:
             cid = conn.execute(
                 "INSERT INTO collections (name, config, next_doc_id, created_at) "
                 "VALUES (?, ?, 1, ?)", (name, json.dumps(config.to_dict()), time.time())).lastrowid
+            assert cid is not None  # an executed INSERT sets it
         rebuilt = journal.Rebuilt(Memory.from_config(config), 0, 0, 0, 0, 0.0)
         logger.info("database %s: created collection %r", db.path, name)
         return cls(db, int(cid), name, config, rebuilt, 1, 0, None, None)
@@ -348,6 +349,7 @@ class Collection:
                             jid = conn.execute(_INSERT_WRITE, (
                                 self._cid, seq, KIND_WRITE, n, blob, after[0], after[1], after[2],
                                 after[3], journal.to_signed64(after[4]), crc, now)).lastrowid
+                            assert jid is not None  # an executed INSERT sets it
                             if metas is not None:
                                 postings, blobs = posting_lists(result.touched, result.created)
                                 self._insert_documents(conn, jid, first_id, metas, now, blobs)

@@ -14,6 +14,7 @@ are superpositions, and reads keep reflecting every vector ever written.
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -107,7 +108,7 @@ class Documents:
         """
         return self._c._doc_delete(check_doc_id(doc_id))
 
-    def query(self, vector: Any, n: int = 10, mode: ResolveMode = "indexed") -> list[DocumentHit]:
+    def query(self, vector: Any, n: int = 10, mode: ResolveMode = "indexed") -> builtins.list[DocumentHit]:
         """The ``n`` documents most similar (cosine) to ``vector``, best first.
 
         ``mode="indexed"`` scores only documents posted on the locations the

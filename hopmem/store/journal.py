@@ -61,7 +61,7 @@ def le_blob(a: np.ndarray, dtype: str) -> bytes | memoryview:
     copies a bound blob), bytes otherwise.
     """
     if a.dtype == np.dtype(dtype) and a.flags.c_contiguous:
-        return memoryview(a).cast("B")
+        return a.data.cast("B")  # a.data is memoryview(a)
     return np.ascontiguousarray(a, dtype=dtype).tobytes()
 
 

@@ -26,12 +26,11 @@ An import is one transaction: all of it or nothing.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import time
 import zipfile
-from typing import TYPE_CHECKING, Any, Callable
+from typing import IO, TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -155,7 +154,7 @@ def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     return manifest
 
 
-def _read_npy_header(f: io.BufferedIOBase, where: str) -> tuple[tuple[int, ...], np.dtype]:
+def _read_npy_header(f: IO[bytes], where: str) -> tuple[tuple[int, ...], np.dtype]:
     try:
         version = np.lib.format.read_magic(f)
         if version == (1, 0):
@@ -236,6 +235,7 @@ def import_collection(db: "Database", path: str | os.PathLike[str], name: str | 
                      None if manifest.get("centering") is None else json.dumps(manifest["centering"]),
                      None if manifest.get("gate") is None else json.dumps(manifest["gate"]),
                      int(manifest.get("next_doc_id", 1)), now)).lastrowid
+                assert cid is not None  # an executed INSERT sets it
                 row_at = 0
                 seq = 0
                 doc_count = 0
