@@ -48,6 +48,7 @@ def test_modules_depend_one_way():
     # the facade sits on top: only the helpers built on AgentMemory import it
     assert {name for name, deps in graph.items() if "memory" in deps} <= {"tools", "history"}
     # the pipeline's stages know nothing of the mixins that use them
-    for stage in ("candidates", "evidence", "verdict", "ranking", "index", "results", "config", "validation"):
+    for stage in ("candidates", "evidence", "verdict", "ranking", "index", "results", "config", "validation",
+                  "encoding"):
         assert not graph[stage] & {"core", "writes", "recall", "calibration", "feedback", "maintenance",
                                    "memory"}, stage

@@ -71,6 +71,17 @@ def test_open_requires_a_namespace(tmp_path):
             AgentMemory.open(tmp_path / "x.db", encoder=ENC, namespace=bad)
 
 
+@pytest.mark.parametrize("options", [
+    dict(receipt_ttl=None), dict(receipt_ttl=0), dict(receipt_ttl=float("inf")), dict(max_receipts=0),
+    dict(max_receipts=True), dict(capacity=0), dict(capacity=1.5), dict(session_ttl=-5),
+    dict(day_zero="monday"), dict(day_zero=float("nan")),
+])
+def test_open_refuses_bad_options_before_creating_anything(tmp_path, options):
+    with pytest.raises(InvalidInput, match=next(iter(options))):
+        AgentMemory.open(tmp_path / "x.db", encoder=ENC, namespace="team", **options)
+    assert list(tmp_path.iterdir()) == []  # no file left behind
+
+
 def test_constructor_is_not_public():
     with pytest.raises(TypeError):
         AgentMemory()
@@ -118,6 +129,62 @@ def test_encoder_mismatch_is_refused_and_reembed_migrates(tmp_path):
     assert reopened.stats()["encoder"]["dimension"] == 256
     assert reopened.rank("billing Postgres")[0].text == FACTS[2]
     reopened.close()
+
+
+class BrokenEncoder:
+    """A new encoder that goes wrong on its ``fail_at``-th call: NaN, a wrong shape, or an exception."""
+
+    def __init__(self, how, fail_at=1, dimension=256):
+        self.inner, self.how, self.fail_at, self.calls = HashingEncoder(dimension, seed=5), how, fail_at, 0
+        self.name, self.dimension, self.fingerprint = "broken", dimension, "broken-1"
+
+    def encode(self, texts):
+        self.calls += 1
+        out = self.inner.encode(texts)
+        if self.calls < self.fail_at:
+            return out
+        if self.how == "nan":
+            out[-1, 0] = np.nan
+            return out
+        if self.how == "shape":
+            return out[:, :-1]
+        raise RuntimeError("model server went away")
+
+
+@pytest.mark.parametrize("how, fail_at", [("nan", 1), ("nan", 3), ("shape", 2), ("raise", 3)])
+def test_reembed_with_a_failing_encoder_changes_nothing(tmp_path, monkeypatch, how, fail_at):
+    from hopmem.agent import encoding
+
+    monkeypatch.setattr(encoding, "ENCODE_BATCH", 2)  # several batches, so a later one can fail
+    mem, clock = make(tmp_path)
+    for fact in FACTS[:5]:
+        mem.remember(fact)
+    before = sqlite3.connect(tmp_path / "mem.db").execute("SELECT id, vector FROM entries ORDER BY id").fetchall()
+    gates = dict(mem.gates)
+    with pytest.raises(RuntimeError if how == "raise" else InvalidInput):
+        mem.reembed(BrokenEncoder(how, fail_at))
+    check = sqlite3.connect(tmp_path / "mem.db")
+    assert check.execute("SELECT id, vector FROM entries ORDER BY id").fetchall() == before
+    assert json.loads(check.execute("SELECT value FROM meta WHERE key = 'encoder'").fetchone()[0])["dimension"] == 384
+    check.close()
+    assert mem.gates == gates and mem.rank("billing Postgres")[0].text == FACTS[2]  # still the old space
+    mem.close()
+    AgentMemory.open(tmp_path / "mem.db", encoder=ENC, namespace="team").close()  # and the file opens as before
+
+
+def test_reembed_encodes_in_batches_with_a_progress_bar(tmp_path, monkeypatch, capsys):
+    from hopmem.agent import encoding
+
+    monkeypatch.setattr(encoding, "ENCODE_BATCH", 2)
+    mem, _ = make(tmp_path)
+    for fact in FACTS[:5]:
+        mem.remember(fact)
+    new = BrokenEncoder("never", fail_at=10**9)
+    assert mem.reembed(new, progress=True) == 5
+    assert new.calls == 1 + 3  # the reference texts for the centring mean, then 5 entries in batches of 2
+    assert "re-embedding" in capsys.readouterr().err
+    assert mem.rank("billing Postgres")[0].text == FACTS[2]
+    mem.close()
 
 
 def test_close_is_idempotent_and_final(tmp_path):

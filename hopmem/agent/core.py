@@ -27,29 +27,19 @@ from ..errors import IncompatibleStore, InvalidInput, NotFound
 from ..gates import Gate
 from . import keyword as kw
 from .config import MODES, RecallConfig
+from .encoding import encode_batches, encoder_record, space_centerer
 from .events import EventBus, MemoryEvent
 from .index import Partition, Row, value_tokens
 from .labels import LabelPolicy
 from .results import Entry
 from .retention import DEFAULT_KINDS, ForgettingPolicy, KindPolicy, retention, utility
 from .store import AgentStore, blob_vector
-from .validation import identity, now_checked, seconds
+from .validation import identity, now_checked, seconds, timestamp
 from .verdict import VerdictModel
 
-__all__ = ["MemoryCore", "centerer_reference_texts"]
+__all__ = ["MemoryCore"]
 
 logger = logging.getLogger("hopmem.agent")
-
-
-def centerer_reference_texts() -> list[str]:
-    """The reference texts bundled with hopmem that fit a new file's centring mean."""
-    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "conversation.json")
-    with open(path, encoding="utf-8") as fh:
-        data = json.load(fh)
-    texts = [s["text"] for s in data.get("statements", [])]
-    texts += [q["question"] for q in data.get("related", [])]
-    texts += list(data.get("unrelated", []))
-    return texts
 
 
 class MemoryCore:
@@ -92,8 +82,11 @@ class MemoryCore:
         self.config = config or RecallConfig()
         if not isinstance(self.config, RecallConfig):
             raise InvalidInput(f"config: expected a RecallConfig, got {type(self.config).__name__}")
-        self.day_zero = None if day_zero is None else float(day_zero)
-        self.receipt_ttl = seconds(receipt_ttl, "receipt_ttl")
+        self.day_zero = timestamp(day_zero, "day_zero")
+        receipt_seconds = seconds(receipt_ttl, "receipt_ttl")
+        if receipt_seconds is None:  # receipts must expire: None would fail at the first recorded recall
+            raise InvalidInput(f"receipt_ttl: expected seconds > 0 (or a timedelta), got {receipt_ttl!r}")
+        self.receipt_ttl = receipt_seconds
         self.max_receipts = max_receipts
         self.events = EventBus()
         self._lock = threading.RLock()
@@ -113,18 +106,13 @@ class MemoryCore:
     def _check_contract(self, centerer: Centerer | None, now: float) -> None:
         """Record or verify the encoder and the centring mean: never mix vector spaces."""
         store = self._store
-        name = str(getattr(self.encoder, "name", type(self.encoder).__name__))
-        fingerprint = str(self.encoder.fingerprint)
+        info = encoder_record(self.encoder)
+        name, fingerprint = info["name"], info["fingerprint"]
         recorded = store.get_json("encoder")
         if recorded is None:
-            if centerer is None:
-                centerer = Centerer(self.dim).fit(self.encoder.encode(centerer_reference_texts()))
-            if not centerer.fitted or centerer.dim != self.dim:
-                raise InvalidInput(f"centerer: expected a fitted Centerer of dimension {self.dim}")
-            if not centerer.frozen:
-                centerer = Centerer.from_dict(centerer.to_dict()).freeze()
+            centerer = space_centerer(self.encoder, self.dim, centerer)
             with store.transaction():
-                store.set_json("encoder", {"name": name, "dimension": self.dim, "fingerprint": fingerprint})
+                store.set_json("encoder", info)
                 store.set_json("centerer", centerer.to_dict())
                 store.set_meta("created_at", repr(now))
         else:
@@ -141,7 +129,7 @@ class MemoryCore:
                     f"{centerer.fingerprint}")
             centerer = stored
         self.centerer = centerer
-        self.encoder_info = {"name": name, "dimension": self.dim, "fingerprint": fingerprint}
+        self.encoder_info = info
 
     # -- the in-memory index --------------------------------------------------------------
 
@@ -262,11 +250,9 @@ class MemoryCore:
 
     # -- encoding -------------------------------------------------------------------------------
 
-    def _encode(self, texts: Sequence[str]) -> np.ndarray:
-        raw = np.asarray(self.encoder.encode(list(texts)), dtype=np.float32)
-        if raw.shape != (len(texts), self.dim) or not np.isfinite(raw).all():
-            raise InvalidInput(f"encoder returned shape {raw.shape} or non-finite values for {len(texts)} texts")
-        return np.atleast_2d(self.centerer.transform(raw))
+    def _encode(self, texts: Sequence[str], progress: bool | None = False) -> np.ndarray:
+        """Checked, centred vectors for ``texts`` with this memory's encoder (in batches; see ``encoding``)."""
+        return encode_batches(self.encoder, self.centerer, self.dim, texts, progress=progress)
 
     # -- derived per-row values ------------------------------------------------------------------------
 

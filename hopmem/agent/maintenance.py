@@ -13,7 +13,8 @@ import numpy as np
 
 from ..centering import Centerer
 from ..errors import InvalidInput, NotFound
-from .core import MemoryCore, centerer_reference_texts
+from .core import MemoryCore
+from .encoding import encode_batches, encoder_record, space_centerer
 from .results import Entry
 from .store import vector_blob
 from .validation import identity
@@ -156,40 +157,39 @@ class MaintenanceMixin(MemoryCore):
                 "encoder": dict(self.encoder_info),
             }
 
-    def reembed(self, encoder: Any, *, centerer: Centerer | None = None) -> int:
+    def reembed(self, encoder: Any, *, centerer: Centerer | None = None, progress: bool | None = None) -> int:
         """Migrate every namespace of the file to a new encoder (re-encode all texts).
 
         The centring mean is refitted (on the reference texts, or ``centerer``),
         vectors are replaced in one transaction, the encoder record changes,
         and all calibrated gates (and their verdict models) are dropped (recalibrate). Returns the number
         of entries re-embedded. This memory then uses the new encoder.
+
+        Every text is encoded, in batches and checked (shape and finite values), before anything is
+        written: an encoder that fails or returns a bad vector leaves the file and this memory as they
+        were. ``progress`` shows a bar while encoding (default: from
+        :data:`~hopmem.agent.encoding.PROGRESS_FROM` entries on, when stderr is a terminal).
         """
         self._check_open()
-        if encoder is None or not hasattr(encoder, "encode"):
-            raise InvalidInput("encoder: expected an Encoder")
-        dim = int(encoder.dimension)
-        if centerer is None:
-            centerer = Centerer(dim).fit(encoder.encode(centerer_reference_texts()))
-        if not centerer.frozen:
-            centerer = Centerer.from_dict(centerer.to_dict()).freeze()
+        if encoder is None or not all(hasattr(encoder, a) for a in ("encode", "dimension", "fingerprint")):
+            raise InvalidInput("encoder: expected an Encoder (with encode, dimension, fingerprint)")
+        info = encoder_record(encoder)
+        dim = info["dimension"]
+        centerer = space_centerer(encoder, dim, centerer)
         with self._lock:
             rows = self._store.conn.execute("SELECT id, text FROM entries ORDER BY id").fetchall()
-            vectors = np.zeros((0, dim), np.float32)
-            if rows:
-                raw = np.asarray(encoder.encode([t for _, t in rows]), dtype=np.float32)
-                vectors = np.atleast_2d(centerer.transform(raw))
+            vectors = encode_batches(encoder, centerer, dim, [t for _, t in rows], progress=progress,
+                                     desc="re-embedding")
             with self._store.transaction():
                 for (entry_id, _), vec in zip(rows, vectors):
                     self._store.conn.execute("UPDATE entries SET vector = ? WHERE id = ?", (vector_blob(vec), entry_id))
-                self._store.set_json("encoder", {"name": str(getattr(encoder, "name", type(encoder).__name__)),
-                                                 "dimension": dim, "fingerprint": str(encoder.fingerprint)})
+                self._store.set_json("encoder", info)
                 self._store.set_json("centerer", centerer.to_dict())
                 self._store.conn.execute(
                     "DELETE FROM meta WHERE key LIKE 'gate:%' OR key LIKE 'bands:%' OR key LIKE 'verdict:%'")
             self.encoder = encoder
             self.dim = dim
             self.centerer = centerer
-            self.encoder_info = {"name": str(getattr(encoder, "name", type(encoder).__name__)), "dimension": dim,
-                                 "fingerprint": str(encoder.fingerprint)}
+            self.encoder_info = info
             self._load()
         return len(rows)

@@ -17,7 +17,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from ..errors import InvalidInput, NotFound
 from ..memory import top_k_dot
@@ -33,12 +32,6 @@ from .validation import identity, seconds, statement
 __all__ = ["WritesMixin"]
 
 logger = logging.getLogger("hopmem.agent")
-
-
-#: Texts per encoder call in :meth:`WritesMixin.remember_many`.
-ENCODE_BATCH = 256
-#: :meth:`WritesMixin.remember_many` shows a progress bar from this many items on (on a terminal).
-PROGRESS_FROM = 1000
 
 
 class WritesMixin(MemoryCore):
@@ -277,7 +270,7 @@ class WritesMixin(MemoryCore):
         is stored as :meth:`remember` stores it, in order; an item that
         :meth:`remember` would refuse raises with the items before it stored.
         ``progress`` shows a bar while encoding (default: from
-        :data:`PROGRESS_FROM` items on, when stderr is a terminal).
+        :data:`~hopmem.agent.encoding.PROGRESS_FROM` items on, when stderr is a terminal).
         """
         self._check_open()
         unknown = set(defaults) - REMEMBER_ARGS
@@ -301,21 +294,9 @@ class WritesMixin(MemoryCore):
             except InvalidInput as exc:
                 raise InvalidInput(f"items[{i}]: {exc}") from None
             calls.append((text, args))
-        vectors = self._encode_batches([text for text, _ in calls], progress)
+        vectors = self._encode([text for text, _ in calls], progress)
         return [self._remember(text, vector, **{**REMEMBER_DEFAULTS, **args})
                 for (text, args), vector in zip(calls, vectors)]
-
-    def _encode_batches(self, texts: list[str], progress: bool | None) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, self.dim), np.float32)
-        # None: tqdm's own choice (shown on a terminal), from PROGRESS_FROM texts on
-        disable = (None if len(texts) >= PROGRESS_FROM else True) if progress is None else not progress
-        with tqdm(total=len(texts), desc="encoding", unit="text", disable=disable) as bar:
-            parts = []
-            for start in range(0, len(texts), ENCODE_BATCH):
-                parts.append(self._encode(texts[start:start + ENCODE_BATCH]))
-                bar.update(len(parts[-1]))
-        return np.concatenate(parts)
 
 
 #: :meth:`WritesMixin.remember`'s keyword arguments and their defaults.
