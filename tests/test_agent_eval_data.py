@@ -144,13 +144,18 @@ def test_figure_writes_a_png_and_refuses_no_splits(tmp_path):
     assert not (tmp_path / "none.png").exists()
 
 
-def test_the_script_runs_end_to_end_with_the_hashing_encoder(tmp_path, capsys):
-    """The whole protocol on the development set without the model: tables, targets, the figure and the JSON."""
-    code = run_main(["--data", "dev", "--encoder", "hashing", "--no-latency", "--plot", str(tmp_path / "e.png"),
-                     "--json", str(tmp_path / "e.json")])
+@pytest.mark.parametrize("sets, answerable, questions", [("dev", 133, 165), ("dev,dev2", 133 + 158, 165 + 195)])
+def test_the_script_runs_end_to_end_with_the_hashing_encoder(tmp_path, capsys, sets, answerable, questions):
+    """The whole protocol without the model, on one set and on two pooled (each in its own memory): tables,
+    targets, the figure and the JSON."""
+    code = run_main(["--data", sets, "--encoder", "hashing", "--no-latency", "--plot", str(tmp_path / "e.png"),
+                     "--json", str(tmp_path / "e.json"), "--dump", str(tmp_path / "d.json")])
     out = capsys.readouterr().out
     assert code == 0
-    assert "| **overall** | 133 |" in out and "Targets:" in out and "abstention F1 (hybrid" in out
+    assert f"| **overall** | {answerable} |" in out and "Targets:" in out and "abstention F1 (hybrid" in out
+    assert f"abstained (of {questions})" in out
+    dumped = json.loads((tmp_path / "d.json").read_text())
+    assert len(dumped) == questions and len({row["id"] for row in dumped}) == questions  # ids stay distinct
     assert (tmp_path / "e.png").read_bytes()[:4] == b"\x89PNG"
     raw = json.loads((tmp_path / "e.json").read_text())
     assert raw["meta"]["encoder"].startswith("hashing") and set(raw["table"]) == {"hybrid", "associative", "keyword",

@@ -3,6 +3,7 @@
     python -m benchmarks.agent_eval.run                 # the test set (conversations.json), full latency run
     python -m benchmarks.agent_eval.run --data dev      # the development set (dev_conversations.json)
     python -m benchmarks.agent_eval.run --data dev2 --splits 5   # the second one, means over 5 fold splits
+    python -m benchmarks.agent_eval.run --data test,test2 --splits 5   # both test sets, pooled
     python -m benchmarks.agent_eval.run --quick         # fewer latency entries and repeats
     python -m benchmarks.agent_eval.run --encoder hashing   # no model (lexical hashing encoder)
     python -m benchmarks.agent_eval.run --splits 5 --plot docs/img/agent_eval.png   # and the figure
@@ -72,6 +73,7 @@ HERE = Path(__file__).resolve().parent
 DATA = HERE / "conversations.json"  # the test set: report on it, choose nothing on it
 DEV_DATA = HERE / "dev_conversations.json"  # the development set: choose defaults on it
 DEV2_DATA = HERE / "dev2_conversations.json"  # a second development set, written later and independently
+TEST2_DATA = HERE / "test2_conversations.json"  # a second test set, written blind (docs/agent-eval.md)
 DAY = 86400.0
 
 
@@ -124,9 +126,19 @@ class CachedEncoder:
 
 
 def load(which: str = "test") -> dict[str, Any]:
-    """The test set (``"test"``), a development set (``"dev"``, ``"dev2"``), or a file in the same format."""
-    path = {"test": DATA, "dev": DEV_DATA, "dev2": DEV2_DATA}.get(which, Path(which))
+    """A test set (``"test"``, ``"test2"``), a development set (``"dev"``, ``"dev2"``), or a file in the same
+    format."""
+    path = {"test": DATA, "test2": TEST2_DATA, "dev": DEV_DATA, "dev2": DEV2_DATA}.get(which, Path(which))
     return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def pooled(sets: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
+    """Several sets' questions as one list (ids prefixed by the set's name when there are several), for
+    scoring results that were computed set by set, each in its own memory."""
+    if len(sets) == 1:
+        return sets[0]
+    return {"questions": [{**q, "id": f"{name}:{q['id']}"} for name, data in zip(names, sets)
+                          for q in data["questions"]]}
 
 
 def make_encoder(name: str) -> Any:
@@ -430,9 +442,12 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", default="test", metavar="test|dev|dev2|PATH",
-                        help="the conversations: test (conversations.json, the default), dev "
-                             "(dev_conversations.json), dev2 (dev2_conversations.json) or a file in the same format")
+    parser.add_argument("--data", default="test", metavar="test|test2|dev|dev2|PATH[,...]",
+                        help="the conversations: test (conversations.json, the default), test2 "
+                             "(test2_conversations.json), dev (dev_conversations.json), dev2 "
+                             "(dev2_conversations.json) or a file in the same format; several, separated by commas, "
+                             "are pooled (each set in its own memory and calibrated on its own questions, every "
+                             "question then scored once)")
     parser.add_argument("--quick", action="store_true", help="smaller latency run (2,000 entries, 1 repeat)")
     parser.add_argument("--encoder", default="minilm", choices=("minilm", "hashing"))
     parser.add_argument("--entries", type=int, default=None, help="entries for the latency run (default 10000)")
@@ -463,35 +478,45 @@ def main(argv: list[str] | None = None) -> int:
 
     from hopmem.agent import RecallConfig
 
-    data = load(args.data)
+    names = [n.strip() for n in args.data.split(",") if n.strip()]
+    sets = [load(name) for name in names]
+    if len(sets) > 1 and (args.fit_defaults or args.sweep):
+        parser.error("--fit-defaults and --sweep take one set in --data")
     inner = make_encoder(args.encoder)
     encoder = CachedEncoder(inner)
     if args.cache:
         encoder.load(args.cache)
-    texts = [t["text"] for s in data["sessions"] for t in s["turns"]] + [q["question"] for q in data["questions"]]
-    encoder.preload(texts)
+    for data in sets:
+        encoder.preload([t["text"] for s in data["sessions"] for t in s["turns"]]
+                        + [q["question"] for q in data["questions"]])
     if args.cache:
         encoder.save(args.cache)
     config = RecallConfig(**parse_overrides(args.set))
     if args.fit_defaults:
-        return fit_defaults(encoder, data, config)
+        return fit_defaults(encoder, sets[0], config)
+    sweep_table = None
+    per_set = []  # per set, one evaluate() per fold split
     with tempfile.TemporaryDirectory() as tmp:
-        mem, entry_of, _ = build_memory(os.path.join(tmp, "eval.db"), encoder, data, config)
-        cosine = cosine_baseline(encoder, data)
-        evs = [evaluate(mem, entry_of, data, cosine, error_budget=args.error_budget, seed=args.seed + n)
-               for n in range(args.splits)]
-        ev = evs[0]
-        sweep_table = None
-        if args.sweep:
-            budgets = [float(b) for b in args.sweep.split(",") if b.strip()]
-            sweep_table = sweep(mem, entry_of, data, cosine, budgets, args.sweep_seeds)
-        mem.close()
+        for k, data in enumerate(sets):
+            mem, entry_of, _ = build_memory(os.path.join(tmp, f"eval{k}.db"), encoder, data, config)
+            cosine = cosine_baseline(encoder, data)
+            per_set.append([evaluate(mem, entry_of, data, cosine, error_budget=args.error_budget,
+                                     seed=args.seed + n) for n in range(args.splits)])
+            if args.sweep:
+                budgets = [float(b) for b in args.sweep.split(",") if b.strip()]
+                sweep_table = sweep(mem, entry_of, data, cosine, budgets, args.sweep_seeds)
+            mem.close()
+    # each set in its own memory; the questions and their results pooled, so every question weighs once
+    evs = [{"results": {m: [row for runs in per_set for row in runs[n]["results"][m]] for m in RETRIEVERS},
+            "gates": per_set[0][n]["gates"]} for n in range(args.splits)]
+    ev = evs[0]
+    data = pooled(sets, names)
     table = mean_tables([score(data, e["results"]) for e in evs])
     lat = None
     if not args.no_latency:
         n = args.entries or (2000 if args.quick else 10000)
-        lat = latency(encoder, data, n, 1 if args.quick else 3)
-    enc_lat = None if args.no_latency else encoder_latency(inner, data, 20 if args.quick else 40)
+        lat = latency(encoder, sets[0], n, 1 if args.quick else 3)
+    enc_lat = None if args.no_latency else encoder_latency(inner, sets[0], 20 if args.quick else 40)
     budget = args.error_budget
     if budget is None:
         import inspect
@@ -508,6 +533,7 @@ def main(argv: list[str] | None = None) -> int:
     print("Targets:")
     print("\n".join(targets(table, lat, data, [e["results"] for e in evs])))
     which = " (first fold split)" if args.splits > 1 else ""
+    which += f" ({names[0]})" if len(names) > 1 else ""
     print(f"\nGate tau per fold{which}: " + ", ".join(f"{m} {', '.join(f'{t:.3f}' for t in v)}" for m, v in ev["gates"].items()))
     if args.json:
         Path(args.json).write_text(json.dumps({"table": table, "latency": lat, "encoder_latency": enc_lat,
