@@ -9,14 +9,16 @@
     python -m benchmarks.agent_eval.run --splits 5 --plot docs/img/agent_eval.png   # and the figure
     python -m benchmarks.agent_eval.run --data dev --fit-defaults   # the uncalibrated verdict models
 
-Three sets of conversations in the same format and categories (single-fact,
+Four sets of conversations in the same format and categories (single-fact,
 multi-session, knowledge-update, temporal, identifier, abstention), about
 different people, facts and sessions: ``dev_conversations.json`` (117 turns in
 12 sessions, 165 questions) and ``dev2_conversations.json`` (120 turns in 12
 sessions, 195 questions, written later by a separate writer without sight of
 the other two sets) are where defaults, weights and the verdict model's features
-are chosen; ``conversations.json`` (118 turns in 12 sessions, 190 questions)
-is only reported on, with those choices.
+are chosen; ``conversations.json`` and ``test2_conversations.json`` (118 turns
+in 12 sessions and 190 questions each; the second written blind, after the
+rule for using it was committed: docs/agent-eval.md) are only reported on,
+with those choices, alone and pooled.
 
 What it does, on any set
 ------------------------
@@ -541,7 +543,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.plot:
         from benchmarks.agent_eval.plot import figure
 
-        title = (f"{args.data} set, {inner.name}, error budget {budget:g}"
+        title = (f"{' and '.join(names)} {'sets pooled' if len(names) > 1 else 'set'}, {inner.name}, "
+                 f"error budget {budget:g}"
                  + (f", means over {args.splits} fold splits" if args.splits > 1 else f", fold split {args.seed}"))
         print(f"Figure: {figure(data, [e['results'] for e in evs], args.plot, title=title)}")
     if args.dump:
