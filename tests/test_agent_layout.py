@@ -46,7 +46,7 @@ def test_modules_depend_one_way():
         raise AssertionError(f"import cycle in hopmem.agent: {exc.args[1]}") from None
     assert set(order) >= set(graph)
     # the facade sits on top: only the helpers built on AgentMemory import it
-    assert {name for name, deps in graph.items() if "memory" in deps} <= {"tools", "history"}
+    assert {name for name, deps in graph.items() if "memory" in deps} <= {"tools", "history", "aio"}
     # the pipeline's stages know nothing of the mixins that use them
     for stage in ("candidates", "evidence", "verdict", "ranking", "index", "results", "config", "validation",
                   "encoding"):

@@ -2,11 +2,13 @@
 feedback, forgetting, tools and history helpers, on one SQLite file.
 
 No language model is on the write or recall path. Start with
-:meth:`AgentMemory.open`; see docs/agent-memory.md.
+:meth:`AgentMemory.open` (or :meth:`AsyncAgentMemory.open` in asyncio code); see
+docs/agent-memory.md.
 """
 
 from __future__ import annotations
 
+from .aio import AsyncAgentMemory
 from .events import EVENT_TYPES, EventBus, MemoryEvent
 from .history import (
     RecallingHistory,
@@ -34,7 +36,7 @@ from .tools import NOTHING_REMEMBERED, MemoryTool, MemoryToolkit, memory_tools
 from .verdict import DEFAULT_MODELS, VerdictModel
 
 __all__ = [
-    "AgentMemory", "Entry", "Explanation", "Hit", "Selection", "RecallConfig", "MissingIdentity",
+    "AgentMemory", "AsyncAgentMemory", "Entry", "Explanation", "Hit", "Selection", "RecallConfig", "MissingIdentity",
     "MODES", "DEFAULT_GATES", "DEFAULT_BAND_GATES", "DEFAULT_MODELS", "VerdictModel",
     "LabelPolicy", "ForgettingPolicy", "KindPolicy", "KINDS", "DEFAULT_KINDS",
     "EventBus", "MemoryEvent", "EVENT_TYPES",

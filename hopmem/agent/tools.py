@@ -24,6 +24,7 @@ raises on bad arguments: the error goes back to the model as
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -67,6 +68,11 @@ class MemoryTool:
             return plain
         raise ValueError(f"format: expected 'openai', 'anthropic' or 'plain', got {format!r}")
 
+    async def arun(self, arguments: Mapping[str, Any] | str | None = None, *,
+                   approved: bool = False) -> dict[str, Any]:
+        """:meth:`run` in a worker thread, for asyncio code (the event loop keeps running)."""
+        return await asyncio.to_thread(self.run, arguments, approved=approved)
+
     def run(self, arguments: Mapping[str, Any] | str | None = None, *, approved: bool = False) -> dict[str, Any]:
         """Run with a model's arguments; returns a JSON-ready dict (errors included, never raised)."""
         if isinstance(arguments, str):
@@ -108,6 +114,11 @@ class MemoryToolkit(list):
         if tool is None:
             return {"ok": False, "error": f"unknown tool {name!r}; available: {[t.name for t in self]}"}
         return tool.run(arguments, approved=approved)
+
+    async def acall(self, name: str, arguments: Mapping[str, Any] | str | None = None, *,
+                    approved: bool = False) -> dict[str, Any]:
+        """:meth:`call` in a worker thread, for asyncio code (the event loop keeps running)."""
+        return await asyncio.to_thread(self.call, name, arguments, approved=approved)
 
 
 def _validate(arguments: Mapping[str, Any], schema: Mapping[str, Any]) -> str | None:
