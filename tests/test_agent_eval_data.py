@@ -124,6 +124,24 @@ def test_bootstrap_f1_brackets_the_f1_of_the_table():
     assert "(multi-session vs associative; 95% interval +0.0 to +0.0 over its 10 questions)" in lines[0]
 
 
+def test_abstention_is_also_scored_by_the_unanswerable_questions_subject():
+    data, split = _bootstrap_case()
+    for i, q in enumerate(q for q in data["questions"] if not q["answers"]):
+        q["subject"] = "never-mentioned" if i < 5 else "mentioned"
+    results = [split(10, 5)]  # the hybrid abstains on the five never-mentioned ones, not on the others
+    table = score(data, results[0])["hybrid"]
+    by_subject = table["abstention_by_subject"]
+    assert by_subject["never-mentioned"] == {"n": 5, "abstained": 1.0}
+    assert by_subject["mentioned"] == {"n": 5, "abstained": 0.0}
+    assert table["abstention"]["f1"] == pytest.approx(2 * 5 / (2 * 5 + 0 + 5))  # all ten count
+    assert by_subject["f1_never_mentioned"] == 1.0  # the definition: only never-mentioned topics
+    assert bootstrap_f1(data, results, subject="never-mentioned") == (1.0, 1.0)
+    assert bootstrap_f1(data, results)[0] < 1.0
+    lines = targets(mean_tables([score(data, r) for r in results]), None, data, results)
+    assert "never-mentioned topics only as unanswerable (the issue's definition; 5 questions): 100.0" in lines[-1]
+    assert load("test2")["questions"][-1].get("subject") in ("never-mentioned", "mentioned")  # labels load
+
+
 def test_recall_bars_are_the_table_means_with_their_intervals():
     data, split = _bootstrap_case()
     results = [split(7, 8)]

@@ -76,6 +76,8 @@ DATA = HERE / "conversations.json"  # the test set: report on it, choose nothing
 DEV_DATA = HERE / "dev_conversations.json"  # the development set: choose defaults on it
 DEV2_DATA = HERE / "dev2_conversations.json"  # a second development set, written later and independently
 TEST2_DATA = HERE / "test2_conversations.json"  # a second test set, written blind (docs/agent-eval.md)
+#: Each unanswerable question's subject: never-mentioned or mentioned (labelled from the data alone).
+SUBJECTS = HERE / "abstention_topics.json"
 DAY = 86400.0
 
 
@@ -129,9 +131,14 @@ class CachedEncoder:
 
 def load(which: str = "test") -> dict[str, Any]:
     """A test set (``"test"``, ``"test2"``), a development set (``"dev"``, ``"dev2"``), or a file in the same
-    format."""
+    format. A named set's unanswerable questions get their ``subject`` label from :data:`SUBJECTS`."""
     path = {"test": DATA, "test2": TEST2_DATA, "dev": DEV_DATA, "dev2": DEV2_DATA}.get(which, Path(which))
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    labels = json.loads(SUBJECTS.read_text(encoding="utf-8"))["labels"].get(which, {}) if SUBJECTS.exists() else {}
+    for q in data["questions"]:
+        if q["id"] in labels:
+            q["subject"] = labels[q["id"]]
+    return data
 
 
 def pooled(sets: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
@@ -364,6 +371,20 @@ def markdown(table: dict[str, Any], lat: dict[str, Any] | None, enc_lat: dict[st
         a = table[r]["abstention"]
         lines.append(f"| {r} | {100 * a['precision']:.1f} | {100 * a['recall']:.1f} | {100 * a['f1']:.1f} | "
                      f"{a['abstained']:g} |")
+    if "abstention_by_subject" in table["hybrid"]:
+        subjects = table["hybrid"]["abstention_by_subject"]
+        n_never = subjects.get("never-mentioned", {}).get("n", 0)
+        n_known = subjects.get("mentioned", {}).get("n", 0)
+        lines += ["", "Abstention by the unanswerable question's subject (abstentions/questions on never-mentioned "
+                      "topics, the issue's definition, and on remembered ones asking an unstated detail; F1 with "
+                      "only the never-mentioned counted as unanswerable):", "",
+                  f"| retriever | abstained: never-mentioned ({n_never}) | abstained: mentioned ({n_known}) | "
+                  "F1, never-mentioned only |", "|---|---|---|---|"]
+        for r in RETRIEVERS:
+            b = table[r].get("abstention_by_subject", {})
+            lines.append(f"| {r} | {100 * b.get('never-mentioned', {}).get('abstained', 0.0):.1f} | "
+                         f"{100 * b.get('mentioned', {}).get('abstained', 0.0):.1f} | "
+                         f"{100 * b.get('f1_never_mentioned', 0.0):.1f} |")
     lines += ["", "Hits returned on answerable questions (precision: the share that are gold answers):", "",
               "| retriever | hit precision | hits per question |", "|---|---|---|"]
     for r in RETRIEVERS:
@@ -408,6 +429,16 @@ def targets(table: dict[str, Any], lat: dict[str, Any] | None, data: dict[str, A
         interval = f" (95% interval {100 * lo:.1f} to {100 * hi:.1f})"
     out.append(f"- abstention F1 (hybrid, calibrated gate): {100 * f1:.1f}{interval}: {'met' if met else 'NOT met'} "
                f"(target 80)")
+    subjects = table["hybrid"].get("abstention_by_subject")
+    if subjects and "never-mentioned" in subjects:
+        f1 = subjects["f1_never_mentioned"]
+        interval = ""
+        if data is not None and splits:
+            lo, hi = bootstrap_f1(data, splits, subject="never-mentioned")
+            interval = f" (95% interval {100 * lo:.1f} to {100 * hi:.1f})"
+        out.append(f"- the same, never-mentioned topics only as unanswerable (the issue's definition; "
+                   f"{subjects['never-mentioned']['n']} questions): {100 * f1:.1f}{interval}: "
+                   f"{'met' if f1 >= 0.8 - 1e-9 else 'NOT met'} (target 80)")
     if lat is not None:
         med = lat["hybrid"]["median_ms"]
         out.append(f"- median hybrid recall with {lat['entries']} entries: {med:.2f} ms: "

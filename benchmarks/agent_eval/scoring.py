@@ -29,6 +29,7 @@ def score(data: dict[str, Any], results: dict[str, list[dict[str, Any]]]) -> dic
         per_cat: dict[str, dict[str, list[float]]] = defaultdict(lambda: {"r1": [], "r5": [], "k1": [], "k5": []})
         tp = fp = fn = 0
         gold_hits = hits = 0
+        by_subject: dict[str, list[bool]] = defaultdict(list)  # abstained, per unanswerable question's subject
         for q, res in zip(questions, rows):
             gold = q["answers"]
             if gold:
@@ -45,6 +46,8 @@ def score(data: dict[str, Any], results: dict[str, list[dict[str, Any]]]) -> dic
             else:
                 tp += res["abstained"]
                 fn += not res["abstained"]
+                if "subject" in q:
+                    by_subject[q["subject"]].append(bool(res["abstained"]))
         precision = tp / (tp + fp) if tp + fp else 0.0
         recall = tp / (tp + fn) if tp + fn else 0.0
         f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
@@ -56,7 +59,21 @@ def score(data: dict[str, Any], results: dict[str, list[dict[str, Any]]]) -> dic
             "hits": {"precision": gold_hits / hits if hits else 0.0,
                      "per_question": hits / max(1, sum(1 for q in questions if q["answers"]))},
         }
+        if by_subject:
+            table[mode]["abstention_by_subject"] = subject_breakdown(by_subject, fp)
     return table
+
+
+def subject_breakdown(by_subject: dict[str, list[bool]], false_abstentions: int) -> dict[str, Any]:
+    """Per subject label of the unanswerable questions (``never-mentioned`` or ``mentioned``), how many there
+    are and the share abstained on; and the F1 with only the never-mentioned ones counted as unanswerable (the
+    others left out), which is the issue's definition of an abstention question ("never-mentioned topics")."""
+    out: dict[str, Any] = {label: {"n": len(v), "abstained": float(np.mean(v))} for label, v in by_subject.items()}
+    never = by_subject.get("never-mentioned", [])
+    tp = sum(never)
+    f1 = 2 * tp / (2 * tp + false_abstentions + (len(never) - tp)) if never else 0.0
+    out["f1_never_mentioned"] = f1
+    return out
 
 
 def mean_tables(tables: list[dict[str, Any]]) -> dict[str, Any]:
@@ -118,10 +135,14 @@ def bootstrap_gap(data: dict[str, Any], splits: list[dict[str, list[dict[str, An
 
 
 def bootstrap_f1(data: dict[str, Any], splits: list[dict[str, list[dict[str, Any]]]], mode: str = "hybrid", *,
-                 resamples: int = BOOTSTRAP_RESAMPLES, seed: int = 0) -> tuple[float, float]:
-    """95% interval of ``mode``'s abstention F1 (mean over the fold splits): a bootstrap over all questions."""
-    unanswerable = np.array([not q["answers"] for q in data["questions"]])
-    abstained = np.array([per_question(data, res, mode)[1] for res in splits]).astype(bool)  # (splits, questions)
+                 subject: str | None = None, resamples: int = BOOTSTRAP_RESAMPLES,
+                 seed: int = 0) -> tuple[float, float]:
+    """95% interval of ``mode``'s abstention F1 (mean over the fold splits): a bootstrap over all questions, or
+    with ``subject``, over the answerable ones and the unanswerable ones of that subject only."""
+    keep = np.array([bool(q["answers"]) or subject is None or q.get("subject") == subject
+                     for q in data["questions"]])
+    unanswerable = np.array([not q["answers"] for q in data["questions"]])[keep]
+    abstained = np.array([per_question(data, res, mode)[1] for res in splits]).astype(bool)[:, keep]
     rng = np.random.default_rng(seed)
     draws = rng.integers(0, len(unanswerable), size=(resamples, len(unanswerable)))
     neg, abst = unanswerable[draws][:, None, :], abstained[:, draws].transpose(1, 0, 2)  # (resamples, splits, q)
