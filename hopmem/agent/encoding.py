@@ -48,6 +48,8 @@ def encode_batches(encoder: Any, centerer: Centerer, dim: int, texts: Sequence[s
     """
     if not texts:
         return np.zeros((0, dim), np.float32)
+    if len(texts) <= ENCODE_BATCH and not progress:  # one call, no bar: the recall path, kept direct
+        return encode(encoder, centerer, dim, texts)
     disable = (None if len(texts) >= PROGRESS_FROM else True) if progress is None else not progress
     parts = []
     with tqdm(total=len(texts), desc=desc, unit="text", disable=disable) as bar:
