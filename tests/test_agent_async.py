@@ -148,3 +148,25 @@ def test_tools_can_be_awaited(tmp_path):
     assert stored["ok"] and found["found"] and "Kyoto" in found["memories"][0]["text"]
     assert not refused["ok"]  # forget needs approval by default
     assert not unknown["ok"] and "unknown tool" in unknown["error"]
+
+
+def test_a_cancelled_await_does_not_cancel_the_write(tmp_path):
+    """A thread cannot be stopped mid-call: cancelling the awaiting task leaves the remember to finish, and
+    it lands (documented), rather than leaving a half-written entry."""
+    encoder = SlowEncoder()
+
+    async def main():
+        mem = await open_async(tmp_path, encoder=encoder)
+        encoder.delay = 0.2
+        task = asyncio.create_task(mem.remember("The roofer comes on Thursday at 8."))
+        await asyncio.sleep(0.05)  # the call is in its worker thread, encoding
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        encoder.delay = 0.0
+        await asyncio.sleep(0.3)  # the thread finishes the call
+        texts = [e.text for e in await mem.entries()]
+        await mem.close()
+        return texts
+
+    assert asyncio.run(main()) == ["The roofer comes on Thursday at 8."]

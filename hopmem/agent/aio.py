@@ -7,7 +7,9 @@ calls in a thread (:func:`asyncio.to_thread`), so the loop keeps running.
 The memory underneath is the ordinary, thread-safe :class:`AgentMemory`
 (``.sync``): the results, errors, storage and guarantees are its own, and
 sync and async code may share one. Event subscribers are called in the worker
-thread that made the change.
+thread that made the change. Cancelling an await does not stop the call: a
+thread cannot be interrupted, so a cancelled ``remember`` still lands (whole,
+in its own transaction) once its thread finishes.
 
     mem = await AsyncAgentMemory.open("agent.db", encoder=encoder, namespace="team")
     await mem.remember("Production deploys require a database snapshot.")
