@@ -415,6 +415,21 @@ def _fit_threshold(relevant: np.ndarray, irrelevant: np.ndarray, error_budget: f
     return _between(barrier, float(above.min()))
 
 
+def _coverage_cap(relevant: np.ndarray, irrelevant: np.ndarray, tau: float, min_coverage: float) -> float:
+    """``tau``, lowered if needed so that at least ``min_coverage`` of ``relevant`` reach it.
+
+    The lowered ``tau`` sits in the middle between the lowest relevant score it
+    must admit and the next score of either group below that one.
+    """
+    need = math.ceil(min_coverage * relevant.size - 1e-9)
+    if need <= 0 or np.sum(relevant >= tau) >= need:
+        return tau
+    lowest = float(np.sort(relevant)[::-1][need - 1])
+    below = np.concatenate([relevant, irrelevant])
+    below = below[below < lowest]
+    return _between(float(below.max()), lowest) if below.size else lowest
+
+
 def _bands(relevant: np.ndarray, tau: float) -> Bands:
     admitted = relevant[relevant >= tau]
     vivid = float(np.median(admitted)) if admitted.size else tau
@@ -436,6 +451,7 @@ def calibrate(
     irrelevant_scores: ArrayLike,
     error_budget: float = 0.0,
     *,
+    min_coverage: float = 0.0,
     holdout_fraction: float = 0.3,
     seed: int = 0,
     writes: int | None = None,
@@ -452,6 +468,12 @@ def calibrate(
     error_budget : float, optional
         The largest tolerated fraction of irrelevant scores admitted, in
         ``[0, 1)``. 0 (the default) admits none on the fitting part.
+    min_coverage : float, optional
+        The smallest fraction of relevant scores ``tau`` must admit on the
+        fitting part, in ``[0, 1]``; it wins over ``error_budget`` where the
+        two conflict (scores that separate poorly), so the gate never refuses
+        more than ``1 - min_coverage`` of the relevant queries to keep its
+        budget. 0 (the default) leaves ``tau`` to the budget alone.
     holdout_fraction : float, optional
         Fraction of each group held out to measure the gate, in ``[0, 1)``.
     seed : int, optional
@@ -481,6 +503,9 @@ def calibrate(
     budget = _finite(error_budget, "error_budget")
     if not 0.0 <= budget < 1.0:
         raise InvalidInput(f"error_budget must be in [0, 1), got {budget!r}")
+    floor = _finite(min_coverage, "min_coverage")
+    if not 0.0 <= floor <= 1.0:
+        raise InvalidInput(f"min_coverage must be in [0, 1], got {floor!r}")
     fraction = _finite(holdout_fraction, "holdout_fraction")
     if not 0.0 <= fraction < 1.0:
         raise InvalidInput(f"holdout_fraction must be in [0, 1), got {fraction!r}")
@@ -513,7 +538,7 @@ def calibrate(
     rng = np.random.default_rng(seed_value)
     relevant_fit, relevant_held = _split(relevant, fraction, rng)
     irrelevant_fit, irrelevant_held = _split(irrelevant, fraction, rng)
-    tau = _fit_threshold(relevant_fit, irrelevant_fit, budget)
+    tau = _coverage_cap(relevant_fit, irrelevant_fit, _fit_threshold(relevant_fit, irrelevant_fit, budget), floor)
     held_out = relevant_held.size > 0
     return Gate(
         tau=tau,

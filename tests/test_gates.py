@@ -162,6 +162,50 @@ class TestOverlapping:
         assert gate.bands == Bands(vivid=gate.tau, clear=gate.tau)
 
 
+class TestMinCoverage:
+    @settings(max_examples=80, deadline=None)
+    @given(
+        st.integers(2, 40),
+        st.integers(2, 40),
+        st.floats(0.0, 0.99),
+        st.floats(0.0, 1.0),
+        st.floats(0.0, 0.9),
+        st.integers(0, 1000),
+    )
+    def test_floor_held_and_tau_never_above_the_budgets(self, n_rel, n_irr, budget, floor, holdout, seed):
+        relevant, irrelevant = overlapping(n_rel, n_irr, shift=0.3, seed=seed)
+        relevant = np.round(relevant, 1)  # ties on purpose
+        irrelevant = np.round(irrelevant, 1)
+        gate = calibrate(relevant, irrelevant, budget, min_coverage=floor, holdout_fraction=holdout, seed=seed)
+        plain = calibrate(relevant, irrelevant, budget, holdout_fraction=holdout, seed=seed)
+        assert gate.tau <= plain.tau  # the floor only ever lowers tau
+        rel_fit, _, irr_fit, _ = fitting_parts(relevant, irrelevant, holdout, seed)
+        assert gate.coverage == np.mean(rel_fit >= gate.tau) >= floor - 1e-12
+        if gate.tau < plain.tau:
+            # lowered no further than the floor needs: one relevant score fewer would break it
+            admitted = np.sort(rel_fit[rel_fit >= gate.tau])
+            assert (admitted.size - np.sum(admitted == admitted[0])) / rel_fit.size < floor
+        assert gate.bands.vivid >= gate.bands.clear == gate.tau
+
+    def test_zero_floor_changes_nothing(self):
+        relevant, irrelevant = overlapping(seed=7)
+        assert calibrate(relevant, irrelevant, 0.1, min_coverage=0.0) == calibrate(relevant, irrelevant, 0.1)
+
+    def test_floor_wins_over_the_budget_on_scores_that_do_not_separate(self):
+        rng = np.random.default_rng(8)
+        relevant, irrelevant = rng.normal(0.0, 1.0, 200), rng.normal(0.0, 1.0, 100)  # AUC about 0.5
+        plain = calibrate(relevant, irrelevant, 0.25, holdout_fraction=0.0)
+        assert plain.coverage < 0.4 and plain.error_rate <= 0.25
+        gate = calibrate(relevant, irrelevant, 0.25, min_coverage=0.9, holdout_fraction=0.0)
+        assert gate.coverage == 0.9
+        assert gate.error_rate > 0.25  # the budget gave way
+        assert np.sort(relevant)[19] < gate.tau <= np.sort(relevant)[20]
+
+    def test_separated_scores_ignore_the_floor(self):
+        gate = calibrate([0.8, 0.9, 0.7], [0.1, 0.3], min_coverage=1.0)
+        assert gate.separated and gate.tau == 0.5
+
+
 class TestBands:
     def test_labels(self):
         bands = Bands(vivid=0.8, clear=0.6)
@@ -259,6 +303,9 @@ class TestBadInput:
             ({"error_budget": float("nan")}, "error_budget"),
             ({"error_budget": "0.1"}, "error_budget"),
             ({"holdout_fraction": 1.0}, "holdout_fraction"),
+            ({"min_coverage": 1.5}, "min_coverage"),
+            ({"min_coverage": -0.1}, "min_coverage"),
+            ({"min_coverage": float("nan")}, "min_coverage"),
             ({"seed": -1}, "seed"),
             ({"writes": -5}, "writes"),
             ({"locations": 2.5}, "locations"),

@@ -196,7 +196,8 @@ def folds(questions: list[dict[str, Any]], seed: int = 0) -> list[list[int]]:
 
 
 def evaluate(mem: Any, entry_of: dict[int, str], data: dict[str, Any], cosine: Any, *, holdout: float = 0.0,
-             error_budget: float | None = None, seed: int = 0, modes: tuple[str, ...] = RETRIEVERS) -> dict[str, Any]:
+             error_budget: float | None = None, seed: int = 0, modes: tuple[str, ...] = RETRIEVERS,
+             calibrate_args: dict[str, Any] | None = None) -> dict[str, Any]:
     questions = data["questions"]
     fold_idx = folds(questions, seed)
     results: dict[str, list[dict[str, Any]]] = {r: [None] * len(questions) for r in modes}  # type: ignore
@@ -205,7 +206,7 @@ def evaluate(mem: Any, entry_of: dict[int, str], data: dict[str, Any], cosine: A
         evaluate_idx, calib_idx = fold_idx[f], fold_idx[1 - f]
         related = [questions[i]["question"] for i in calib_idx if questions[i]["answers"]]
         unrelated = [questions[i]["question"] for i in calib_idx if not questions[i]["answers"]]
-        extra = {} if error_budget is None else {"error_budget": error_budget}
+        extra = {**(calibrate_args or {}), **({} if error_budget is None else {"error_budget": error_budget})}
         gates = mem.calibrate(related, unrelated, holdout_fraction=holdout, **extra)
         for mode, gate in gates.items():
             gates_used[mode].append(gate.tau)
@@ -502,6 +503,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="report the mean over this many fold splits (seeds --seed, --seed + 1, ...)")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="override a RecallConfig field (for experiments)")
+    parser.add_argument("--calibrate", action="append", default=[], metavar="ARG=VALUE",
+                        help="pass an argument to AgentMemory.calibrate (for experiments), e.g. min_coverage=0.95")
     parser.add_argument("--fit-defaults", action="store_true",
                         help="fit the uncalibrated verdict models and gates (hopmem.agent.verdict.DEFAULT_MODELS and "
                              "DEFAULT_GATES) on every question of --data (use dev) at error budget 0.1, print them "
@@ -540,7 +543,8 @@ def main(argv: list[str] | None = None) -> int:
             mem, entry_of, _ = build_memory(os.path.join(tmp, f"eval{k}.db"), encoder, data, config)
             cosine = cosine_baseline(encoder, data)
             per_set.append([evaluate(mem, entry_of, data, cosine, error_budget=args.error_budget,
-                                     seed=args.seed + n) for n in range(args.splits)])
+                                     seed=args.seed + n, calibrate_args=parse_overrides(args.calibrate))
+                            for n in range(args.splits)])
             if args.sweep:
                 budgets = [float(b) for b in args.sweep.split(",") if b.strip()]
                 sweep_table = sweep(mem, entry_of, data, cosine, budgets, args.sweep_seeds)

@@ -6,7 +6,9 @@ For each mode, queries the memory can answer (``related``) and cannot
 verdict features and the verdict gate on the model's log-odds; with
 ``"grounding"`` the verdict gate is fitted on the fixed statistic. The band gate
 is fitted on the best hit's evidence. Each gate admits at most
-``error_budget`` of the unrelated queries (:func:`hopmem.gates.calibrate`).
+``error_budget`` of the unrelated queries (:func:`hopmem.gates.calibrate`);
+the verdict gate also admits at least ``min_coverage`` of the related ones
+(default :data:`DEFAULT_MIN_COVERAGE`), which wins where the two conflict.
 Queries decided without the gate (an exact rare token or a time window
 matched) are left out. Gates and models are stored in the file per namespace
 and mode.
@@ -27,8 +29,11 @@ from .results import Selection
 from .verdict import (MODE_FEATURES, VerdictModel, cross_fitted_log_odds, default_model, features_for, fit_model,
                       select_gates)
 
-__all__ = ["CalibrationMixin"]
+__all__ = ["CalibrationMixin", "DEFAULT_MIN_COVERAGE"]
 
+#: The share of related calibration queries a verdict gate must admit, whatever its error budget (chosen in
+#: the evaluation's tenth round: ``docs/agent-eval.md``).
+DEFAULT_MIN_COVERAGE = 0.95
 #: The statistic given to a query with no candidates at all (below any real one).
 NO_CANDIDATES = {"grounding": -1.0, "model": -1000.0}
 
@@ -78,8 +83,8 @@ class CalibrationMixin(RecallMixin):
                 for sel in self._measure(texts, session_id, mode)]
 
     def calibrate(self, related: Sequence[str], unrelated: Sequence[str], *, session_id: str | None = None,
-                  error_budget: float = 0.25, modes: Iterable[str] = MODES, holdout_fraction: float = 0.0,
-                  seed: int = 0) -> dict[str, Gate]:
+                  error_budget: float = 0.25, min_coverage: float = DEFAULT_MIN_COVERAGE, modes: Iterable[str] = MODES,
+                  holdout_fraction: float = 0.0, seed: int = 0) -> dict[str, Gate]:
         """Derive and store the abstention gates (and verdict models) from held-out queries.
 
         ``related`` are queries this memory holds an answer to, ``unrelated``
@@ -88,7 +93,10 @@ class CalibrationMixin(RecallMixin):
         logistic :class:`~hopmem.agent.verdict.VerdictModel` is fitted on the
         queries' verdict features (on the fitting part); then two gates are
         fitted with :func:`hopmem.gates.calibrate` (at most ``error_budget`` of
-        the unrelated queries pass, on the fitting part): the verdict gate on
+        the unrelated queries pass, on the fitting part, and for the verdict gate
+        at least ``min_coverage`` of the related ones, which wins where the two
+        conflict: a verdict that cannot separate the queries would otherwise
+        keep its budget by abstaining on most answerable ones): the verdict gate on
         the verdict statistic (the model's log-odds, or with ``verdict =
         "grounding"`` the fixed statistic: does the memory hold anything
         relevant?) and the band gate on the best hit's evidence (how strong is
@@ -108,14 +116,14 @@ class CalibrationMixin(RecallMixin):
             unrel = [sel for sel in self._measure(unrelated, session_id, mode) if sel.override is None]
             n = len(self._rows)
             if self.config.verdict == "model":
-                models[mode], gates[mode] = self._fit_verdict(mode, rel, unrel, error_budget, holdout_fraction,
-                                                              seed, n, self.config)
+                models[mode], gates[mode] = self._fit_verdict(mode, rel, unrel, error_budget, min_coverage,
+                                                              holdout_fraction, seed, n, self.config)
             else:
                 models[mode] = None
                 gates[mode] = _calibrate_scores([-1.0 if s.statistic is None else s.statistic for s in rel],
                                                 [-1.0 if s.statistic is None else s.statistic for s in unrel],
-                                                error_budget, holdout_fraction=holdout_fraction, seed=seed,
-                                                writes=n, locations=n)
+                                                error_budget, min_coverage=min_coverage,
+                                                holdout_fraction=holdout_fraction, seed=seed, writes=n, locations=n)
             bands[mode] = _calibrate_scores([-1.0 if s.evidence is None else s.evidence for s in rel],
                                             [-1.0 if s.evidence is None else s.evidence for s in unrel],
                                             error_budget, holdout_fraction=holdout_fraction, seed=seed,
@@ -125,7 +133,8 @@ class CalibrationMixin(RecallMixin):
 
     @staticmethod
     def _fit_verdict(mode: str, rel: list[Selection], unrel: list[Selection], error_budget: float,
-                     holdout_fraction: float, seed: int, n: int, config: RecallConfig) -> tuple[VerdictModel, Gate]:
+                     min_coverage: float, holdout_fraction: float, seed: int, n: int,
+                     config: RecallConfig) -> tuple[VerdictModel, Gate]:
         """The verdict model, fitted on the fitting part, and the gate on that part's out-of-fold log-odds."""
         rng = np.random.default_rng(seed)
         rel_fit, rel_held = _split(rel, holdout_fraction, rng)
@@ -152,8 +161,8 @@ class CalibrationMixin(RecallMixin):
             return in_place(sels, [model.log_odds(s.features) for s in sels if s.features])
 
         rel_fit_scores, unrel_fit_scores = in_place(rel_fit, rel_scores), in_place(unrel_fit, unrel_scores)
-        gate = _calibrate_scores(rel_fit_scores, unrel_fit_scores, error_budget, holdout_fraction=0.0,
-                                 seed=seed, writes=n, locations=n)
+        gate = _calibrate_scores(rel_fit_scores, unrel_fit_scores, error_budget, min_coverage=min_coverage,
+                                 holdout_fraction=0.0, seed=seed, writes=n, locations=n)
         if rel_held and unrel_held:
             # as hopmem.gates.calibrate reports them: counts and AUC over every score, figures held out
             rel_held_scores, unrel_held_scores = log_odds(rel_held), log_odds(unrel_held)
