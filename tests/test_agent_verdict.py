@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from hopmem.agent import DEFAULT_GATES, DEFAULT_MODELS, AgentMemory, RecallConfig, VerdictModel
+from hopmem.agent.calibration import DEFAULT_MIN_COVERAGE
 from hopmem.agent.config import MARGIN_FEATURES
 from hopmem.agent.verdict import (CROSS_FIT_FOLDS, CROWD_COSINE, GROUNDING_DEFAULT_GATES, MARGIN_NEIGHBOURS,
                                   OTHER_DEFAULTS, VERDICT_FEATURES, cross_fitted_log_odds, default_model,
@@ -215,13 +216,32 @@ def test_calibrate_fits_and_stores_a_model_per_mode(tmp_path):
     assert other.verdict_models == {} and other.gates == {}
 
 
-def test_calibration_never_lets_more_than_the_budget_of_unrelated_queries_pass(tmp_path):
+def test_calibration_without_a_floor_never_lets_more_than_the_budget_of_unrelated_queries_pass(tmp_path):
     mem, _ = make(tmp_path)
-    gates = mem.calibrate(RELATED, UNRELATED, error_budget=0.2, modes=["hybrid"])
+    gates = mem.calibrate(RELATED, UNRELATED, error_budget=0.2, min_coverage=0.0, modes=["hybrid"])
     stats = mem.gate_statistics(UNRELATED)
     decided = [s for s in stats if s is not None]
     assert sum(s >= gates["hybrid"].tau for s in decided) <= math.floor(0.2 * len(decided))
     assert gates["hybrid"].error_rate <= 0.2
+
+
+def test_the_coverage_floor_wins_over_the_budget_where_queries_do_not_separate(tmp_path):
+    mem, _ = make(tmp_path)
+    # related and unrelated queries of the same two kinds: the budget alone refuses related ones too
+    related, unrelated = RELATED[:3] + UNRELATED[:3], RELATED[3:] + UNRELATED[3:]
+    budget_only = mem.calibrate(related, unrelated, error_budget=0.2, min_coverage=0.0, modes=["hybrid"])["hybrid"]
+    assert budget_only.error_rate <= 0.2 and budget_only.coverage < 0.95
+    floored = mem.calibrate(related, unrelated, error_budget=0.2, modes=["hybrid"])["hybrid"]  # the default floor
+    assert floored.coverage >= DEFAULT_MIN_COVERAGE and floored.tau < budget_only.tau
+    assert floored.error_rate > 0.2  # the budget gave way, and the gate says so
+
+
+@pytest.mark.parametrize("floor", [-0.1, 1.5, float("nan"), "0.9"])
+def test_a_bad_coverage_floor_is_refused_and_nothing_is_stored(tmp_path, floor):
+    mem, _ = make(tmp_path)
+    with pytest.raises(InvalidInput, match="min_coverage"):
+        mem.calibrate(RELATED, UNRELATED, min_coverage=floor)
+    assert mem.gates == {} and mem.verdict_models == {}
 
 
 def test_calibrate_with_holdout_measures_the_held_out_part(tmp_path):
