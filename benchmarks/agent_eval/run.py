@@ -427,12 +427,15 @@ def targets(table: dict[str, Any], lat: dict[str, Any] | None, data: dict[str, A
                             for r in others)
         worst = min((h[c][key] - table[r]["categories"][c][key], c, r)
                     for c in CATEGORIES if c != "abstention" and c in h for r in others)
-        interval = ""
+        interval = closest = ""
         if data is not None and splits:
             lo, hi = bootstrap_gap(data, splits, worst[1], "hybrid", worst[2], key)
             interval = f"; 95% interval {100 * lo:+.1f} to {100 * hi:+.1f} over its {h[worst[1]]['n']} questions"
+            rival = max(others, key=lambda r: table[r]["categories"]["overall"][key])
+            lo, hi = bootstrap_gap(data, splits, "overall", "hybrid", rival, key)
+            closest = f"; vs {rival}, 95% interval {100 * lo:+.1f} to {100 * hi:+.1f}"
         out.append(f"- R@5, {label}: hybrid beats every single retriever overall: {'yes' if beats else 'NO'} "
-                   f"({margins}); worst category gap {100 * worst[0]:+.1f} points ({worst[1]} vs {worst[2]}"
+                   f"({margins}{closest}); worst category gap {100 * worst[0]:+.1f} points ({worst[1]} vs {worst[2]}"
                    f"{interval}): {'within' if worst[0] >= -0.05 else 'NOT within'} 5 points")
     f1 = table["hybrid"]["abstention"]["f1"]
     met = f1 >= 0.8 - 1e-9  # F1 exactly 0.8 (e.g. 24 of 28 abstentions right, 24 of 32 found) meets it
