@@ -18,6 +18,7 @@ from hopmem.agent import (
     RecallConfig,
 )
 from hopmem.agent import keyword as kw
+from hopmem.agent import ranking
 from hopmem.agent.temporal import DAY, parse_time_hints
 from hopmem.encoders import HashingEncoder
 from hopmem.errors import IncompatibleStore, InvalidInput, NotFound
@@ -280,6 +281,34 @@ def test_supersession_orders_versions_by_the_question(tmp_path):
     first = mem.recall("User's phone originally?")
     assert first.time_hints["order"] == "origin"
     assert first.entry_ids[:2] == [old.id, new.id]
+
+
+def test_adjacent_version_order_keeps_the_displaced_version_just_behind(tmp_path):
+    mem, clock = make(tmp_path, config=RecallConfig(version_order="adjacent"))
+    old = mem.remember("User's phone is a Pixel 7.")
+    clock.advance(DAY)
+    new = mem.remember("User's phone is now a Fairphone 5.")
+    for query, first, second in (("User's phone?", new, old), ("User's phone originally?", old, new)):
+        hits = mem.recall(query).hits
+        assert [h.entry_id for h in hits[:2]] == [first.id, second.id]
+        assert hits[1].score < hits[0].score
+
+
+def test_order_versions_swap_and_adjacent_differ_only_for_the_displaced(tmp_path):
+    mem, clock = make(tmp_path)
+    ids = []
+    for n, text in enumerate(("User's phone is a Pixel 7.", "User's phone is now a Pixel 8.",
+                              "User's phone is now a Fairphone 5.")):
+        ids.append(mem.remember(text).id)
+        clock.advance(DAY)
+    rows = mem._rows
+    assert [len(g) for g in ranking.version_groups(rows, ids)] == [3]
+    start = {ids[0]: 0.9, ids[1]: 0.5, ids[2]: 0.2}  # the oldest best: "recent" order must lift the newest
+    swapped, adjacent = dict(start), dict(start)
+    ranking.order_versions(rows, ids, "recent", swapped, {i: {} for i in ids}, "swap")
+    ranking.order_versions(rows, ids, "recent", adjacent, {i: {} for i in ids}, "adjacent")
+    assert swapped == {ids[2]: 0.9, ids[1]: 0.5, ids[0]: 0.2}
+    assert adjacent == {ids[2]: 0.9, ids[1]: 0.5, ids[0]: pytest.approx(0.9 * (1 - 1e-3))}
 
 
 def test_explicit_supersedes_must_be_in_scope(tmp_path):
@@ -683,11 +712,22 @@ def test_time_hints():
     assert parse_time_hints("Notes from 2024-05-03", now).window[1] - parse_time_hints(
         "Notes from 2024-05-03", now).window[0] == DAY
     assert parse_time_hints("what did I do yesterday", now).window == (now - 2 * DAY, now)
+    # comparisons of two events ask for no earlier state, with comparisons=True only
+    for text in ("Which happened first: the migration or the standup move?",
+                 "Did the fall happen before or after the heart appointment?"):
+        assert parse_time_hints(text, now).order == "origin"
+        assert parse_time_hints(text, now, comparisons=True).order is None
+    for text in ("What was my first car?", "Where did I live before Berlin?"):
+        assert parse_time_hints(text, now, comparisons=True).order == "origin"
 
 
 def test_recall_config_validates():
     with pytest.raises(InvalidInput):
         RecallConfig(beta=0)
+    with pytest.raises(InvalidInput, match="version_order"):
+        RecallConfig(version_order="shuffle")
+    with pytest.raises(InvalidInput, match="comparison_cues"):
+        RecallConfig(comparison_cues="yes")
     with pytest.raises(InvalidInput):
         RecallConfig(update_cues="(unclosed")
     with pytest.raises(InvalidInput):

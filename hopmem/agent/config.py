@@ -90,6 +90,18 @@ class RecallConfig:
     floor_ratio * best evidence`` for that part. The verdict itself is the
     whole question's.
 
+    ``version_order`` says how versions of one fact among the admitted hits
+    are ordered. ``"swap"``: they trade places, the preferred version (newest,
+    or oldest when the query asks for an earlier state) taking the group's
+    best score, the next one the second best, and so on. ``"adjacent"``: the
+    preferred version takes the group's best score and the others keep
+    their own, the one it displaced staying just behind it.
+
+    With ``comparison_cues``, a question comparing two events ("which came
+    first, A or B?", "before or after") sets no order: its "first" or
+    "before" does not ask for the earlier version of a fact
+    (:func:`~hopmem.agent.temporal.parse_time_hints`).
+
     With ``path_floor`` (hybrid mode), once the verdict is yes a candidate is
     also admitted when its semantic path alone reaches ``floor_ratio`` of the
     best candidate's path, as associative mode would admit it: a statement
@@ -126,9 +138,11 @@ class RecallConfig:
     split_parts: bool = True
     part_weight: float = 0.5
     path_floor: bool = False
+    version_order: str = "swap"
+    comparison_cues: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("split_parts", "path_floor"):
+        for name in ("split_parts", "path_floor", "comparison_cues"):
             if not isinstance(getattr(self, name), bool):
                 raise InvalidInput(f"{name}: expected a bool, got {getattr(self, name)!r}")
         for name in ("beta", "rrf_k", "bm25_half"):
@@ -152,6 +166,8 @@ class RecallConfig:
                 object.__setattr__(self, "_cues", re.compile(self.update_cues, re.IGNORECASE))
             except (re.error, TypeError) as exc:
                 raise InvalidInput(f"update_cues: expected a regular expression or None: {exc}") from None
+        if self.version_order not in ("swap", "adjacent"):
+            raise InvalidInput(f"version_order: expected 'swap' or 'adjacent', got {self.version_order!r}")
         if self.activation not in ("exact", "compact"):
             raise InvalidInput(f"activation: expected 'exact' or 'compact', got {self.activation!r}")
         if self.verdict not in ("model", "grounding"):

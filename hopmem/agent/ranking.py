@@ -138,12 +138,20 @@ def apply_boosts(rows: Mapping[int, Row], admitted: Collection[int], fused: Mapp
 
 
 def order_versions(rows: Mapping[int, Row], ids: Sequence[int], order: str, final: dict[int, float],
-                   boosts: dict[int, dict[str, float]]) -> None:
-    """Versions of one fact among ``ids`` trade places: newest first (``recent``) or oldest first."""
+                   boosts: dict[int, dict[str, float]], style: str = "swap") -> None:
+    """Versions of one fact among ``ids``, newest first (``recent``) or oldest first.
+
+    ``style="swap"``: they trade places. ``"adjacent"``: the preferred version
+    takes the group's best score, the others keep theirs (below it).
+    """
     for group in version_groups(rows, ids):
-        scores = sorted((final[i] for i in group), reverse=True)
         by_time = sorted(group, key=lambda i: (rows[i].created_at, i), reverse=(order == "recent"))
-        for i, value in zip(by_time, scores):
+        if style == "adjacent":
+            top = max(final[i] for i in group)
+            values = [top] + [min(final[i], top * (1.0 - 1e-3)) for i in by_time[1:]]
+        else:
+            values = sorted((final[i] for i in group), reverse=True)
+        for i, value in zip(by_time, values):
             if final[i] > 0 and abs(value - final[i]) > 1e-12:
                 boosts[i]["version order"] = value / final[i]
             final[i] = value

@@ -175,7 +175,7 @@ class RecallMixin(MemoryCore):
 
         part_keys: list[str | None] = [None] if session_id is None else [None, session_id]
         parts = [p for p in (self._parts.get(k) for k in part_keys) if p is not None and p.live > 0]
-        hints = parse_time_hints(text, now, self.day_zero)
+        hints = parse_time_hints(text, now, self.day_zero, comparisons=cfg.comparison_cues)
         tables = [self._fts[k] for k in part_keys if k in self._fts]
         found = gather(text, qvec, mode=mode, limit=limit, config=cfg, parts=parts, tables=tables,
                        store=self._store, rows=self._rows, by_time=self._by_time, hints=hints, visible=visible)
@@ -241,7 +241,7 @@ class RecallMixin(MemoryCore):
             hint_order=hints.order, in_window=in_window)
         # an entry matched by an exact token keeps its place
         ranking.order_versions(self._rows, [i for i in admitted if i not in found.exact and ev[i] >= verdict.floor],
-                               order, final, boosts)
+                               order, final, boosts, cfg.version_order)
         ordered_ids = sorted(admitted, key=lambda i: (-final[i], -ev[i], i))[:limit]
         hits = ranking.build_hits(self._rows, ordered_ids, found=found, evidence=evidence, admitted=admitted,
                                   ranks=ranks, fused=fused, final=final, boosts=boosts, via=via, in_window=in_window,

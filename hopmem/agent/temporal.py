@@ -36,6 +36,10 @@ _ORIGIN = re.compile(
     r"before|earlier|previous|previously|used to|formerly|oldest|back then)\b",
     re.IGNORECASE,
 )
+#: A question comparing two events ("which came first, A or B?", "before or after"): not a question about
+#: an earlier state of one fact.
+_COMPARISON = re.compile(r"\bbefore or after\b|\bafter or before\b|\b(first|earlier|before)\b.*\bor\b|"
+                         r"\bor\b.*\b(first|earlier)\b", re.IGNORECASE)
 _DAY_N = re.compile(r"\b(around |about |on |by )?day (\d{1,5})\b", re.IGNORECASE)
 _ISO = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
 _AGO = re.compile(r"\b(\d{1,4}) days? ago\b", re.IGNORECASE)
@@ -61,10 +65,18 @@ class TimeHints:
     cues: tuple[str, ...]
 
 
-def parse_time_hints(text: str, now: float, day_zero: float | None = None) -> TimeHints:
-    """Read :class:`TimeHints` from ``text``; ``now`` is the clock's time."""
+def parse_time_hints(text: str, now: float, day_zero: float | None = None, *,
+                     comparisons: bool = False) -> TimeHints:
+    """Read :class:`TimeHints` from ``text``; ``now`` is the clock's time.
+
+    With ``comparisons``, a question that compares two events ("which came
+    first, A or B?", "before or after") asks for no earlier state: its
+    "first" or "before" is not an order cue.
+    """
     recent = [m.group(0).lower() for m in _RECENT.finditer(text)]
     origin = [m.group(0).lower() for m in _ORIGIN.finditer(text)]
+    if comparisons and origin and _COMPARISON.search(text):
+        origin = []
     order = None
     if recent and not origin:
         order = "recent"
