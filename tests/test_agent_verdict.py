@@ -236,6 +236,25 @@ def test_the_coverage_floor_wins_over_the_budget_where_queries_do_not_separate(t
     assert floored.error_rate > 0.2  # the budget gave way, and the gate says so
 
 
+def test_floor_auc_keeps_the_floor_for_gates_that_do_not_separate(tmp_path):
+    mem, _ = make(tmp_path)
+    related, unrelated = RELATED[:3] + UNRELATED[:3], RELATED[3:] + UNRELATED[3:]  # AUC below 0.65
+    weak = mem.calibrate(related, unrelated, error_budget=0.2, floor_auc=0.9, modes=["hybrid"])["hybrid"]
+    assert weak.auc < 0.9 and weak.coverage >= DEFAULT_MIN_COVERAGE  # the floor applies
+    budget_only = mem.calibrate(related, unrelated, error_budget=0.2, min_coverage=0.0, modes=["hybrid"])["hybrid"]
+    # below floor_auc nothing changes; a floor_auc at or below the gate's AUC lifts the floor
+    assert mem.calibrate(related, unrelated, error_budget=0.2, floor_auc=weak.auc, modes=["hybrid"])["hybrid"] \
+        == budget_only
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.5, float("nan"), "0.9", True])
+def test_a_bad_floor_auc_is_refused_and_nothing_is_stored(tmp_path, value):
+    mem, _ = make(tmp_path)
+    with pytest.raises(InvalidInput, match="floor_auc"):
+        mem.calibrate(RELATED, UNRELATED, floor_auc=value)
+    assert mem.gates == {} and mem.verdict_models == {}
+
+
 @pytest.mark.parametrize("floor", [-0.1, 1.5, float("nan"), "0.9"])
 def test_a_bad_coverage_floor_is_refused_and_nothing_is_stored(tmp_path, floor):
     mem, _ = make(tmp_path)

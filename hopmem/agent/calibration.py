@@ -31,6 +31,17 @@ from .verdict import (MODE_FEATURES, VerdictModel, cross_fitted_log_odds, defaul
 
 __all__ = ["CalibrationMixin", "DEFAULT_MIN_COVERAGE"]
 
+
+def _floor_for(relevant: Sequence[float] | np.ndarray, irrelevant: Sequence[float] | np.ndarray, min_coverage: float,
+               floor_auc: float) -> float:
+    """``min_coverage`` for a gate on these scores, or 0 if they separate with an AUC of at least ``floor_auc``."""
+    if isinstance(floor_auc, bool) or not isinstance(floor_auc, (int, float)) or not 0.0 <= floor_auc <= 1.0:
+        raise InvalidInput(f"floor_auc: expected a number in [0, 1], got {floor_auc!r}")
+    if floor_auc >= 1.0 or not len(relevant) or not len(irrelevant):
+        return min_coverage
+    return min_coverage if auc(np.asarray(relevant, dtype=np.float64), np.asarray(irrelevant, dtype=np.float64)) \
+        < floor_auc else 0.0
+
 #: The share of related calibration queries a verdict gate must admit, whatever its error budget (chosen in
 #: the evaluation's tenth round: ``docs/agent-eval.md``).
 DEFAULT_MIN_COVERAGE = 0.95
@@ -83,8 +94,8 @@ class CalibrationMixin(RecallMixin):
                 for sel in self._measure(texts, session_id, mode)]
 
     def calibrate(self, related: Sequence[str], unrelated: Sequence[str], *, session_id: str | None = None,
-                  error_budget: float = 0.25, min_coverage: float = DEFAULT_MIN_COVERAGE, modes: Iterable[str] = MODES,
-                  holdout_fraction: float = 0.0, seed: int = 0) -> dict[str, Gate]:
+                  error_budget: float = 0.25, min_coverage: float = DEFAULT_MIN_COVERAGE, floor_auc: float = 1.0,
+                  modes: Iterable[str] = MODES, holdout_fraction: float = 0.0, seed: int = 0) -> dict[str, Gate]:
         """Derive and store the abstention gates (and verdict models) from held-out queries.
 
         ``related`` are queries this memory holds an answer to, ``unrelated``
@@ -96,7 +107,9 @@ class CalibrationMixin(RecallMixin):
         the unrelated queries pass, on the fitting part, and for the verdict gate
         at least ``min_coverage`` of the related ones, which wins where the two
         conflict: a verdict that cannot separate the queries would otherwise
-        keep its budget by abstaining on most answerable ones): the verdict gate on
+        keep its budget by abstaining on most answerable ones; with ``floor_auc``
+        below 1, only a verdict gate whose out-of-fold AUC is below ``floor_auc``
+        gets the floor): the verdict gate on
         the verdict statistic (the model's log-odds, or with ``verdict =
         "grounding"`` the fixed statistic: does the memory hold anything
         relevant?) and the band gate on the best hit's evidence (how strong is
@@ -117,12 +130,13 @@ class CalibrationMixin(RecallMixin):
             n = len(self._rows)
             if self.config.verdict == "model":
                 models[mode], gates[mode] = self._fit_verdict(mode, rel, unrel, error_budget, min_coverage,
-                                                              holdout_fraction, seed, n, self.config)
+                                                              floor_auc, holdout_fraction, seed, n, self.config)
             else:
                 models[mode] = None
-                gates[mode] = _calibrate_scores([-1.0 if s.statistic is None else s.statistic for s in rel],
-                                                [-1.0 if s.statistic is None else s.statistic for s in unrel],
-                                                error_budget, min_coverage=min_coverage,
+                statistics = ([-1.0 if s.statistic is None else s.statistic for s in rel],
+                              [-1.0 if s.statistic is None else s.statistic for s in unrel])
+                gates[mode] = _calibrate_scores(*statistics, error_budget,
+                                                min_coverage=_floor_for(*statistics, min_coverage, floor_auc),
                                                 holdout_fraction=holdout_fraction, seed=seed, writes=n, locations=n)
             bands[mode] = _calibrate_scores([-1.0 if s.evidence is None else s.evidence for s in rel],
                                             [-1.0 if s.evidence is None else s.evidence for s in unrel],
@@ -133,7 +147,7 @@ class CalibrationMixin(RecallMixin):
 
     @staticmethod
     def _fit_verdict(mode: str, rel: list[Selection], unrel: list[Selection], error_budget: float,
-                     min_coverage: float, holdout_fraction: float, seed: int, n: int,
+                     min_coverage: float, floor_auc: float, holdout_fraction: float, seed: int, n: int,
                      config: RecallConfig) -> tuple[VerdictModel, Gate]:
         """The verdict model, fitted on the fitting part, and the gate on that part's out-of-fold log-odds."""
         rng = np.random.default_rng(seed)
@@ -161,7 +175,8 @@ class CalibrationMixin(RecallMixin):
             return in_place(sels, [model.log_odds(s.features) for s in sels if s.features])
 
         rel_fit_scores, unrel_fit_scores = in_place(rel_fit, rel_scores), in_place(unrel_fit, unrel_scores)
-        gate = _calibrate_scores(rel_fit_scores, unrel_fit_scores, error_budget, min_coverage=min_coverage,
+        gate = _calibrate_scores(rel_fit_scores, unrel_fit_scores, error_budget,
+                                 min_coverage=_floor_for(rel_fit_scores, unrel_fit_scores, min_coverage, floor_auc),
                                  holdout_fraction=0.0, seed=seed, writes=n, locations=n)
         if rel_held and unrel_held:
             # as hopmem.gates.calibrate reports them: counts and AUC over every score, figures held out
