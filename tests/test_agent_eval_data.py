@@ -19,7 +19,7 @@ from benchmarks.agent_eval.run import CachedEncoder, build_memory, cosine_baseli
 from benchmarks.agent_eval.run import main as run_main
 from benchmarks.agent_eval.scoring import CATEGORIES, bootstrap_f1, bootstrap_gap, mean_tables, score
 
-SETS = ("dev", "dev2", "test", "test2", "test3", "test4", "test5", "test6", "test7")
+SETS = ("dev", "dev2", "test", "test2", "test3", "test4", "test5", "test6", "test7", "test8", "test9")
 
 
 @pytest.mark.parametrize("which", SETS)

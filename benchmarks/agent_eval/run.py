@@ -3,13 +3,14 @@
     python -m benchmarks.agent_eval.run                 # the test set (conversations.json), full latency run
     python -m benchmarks.agent_eval.run --data dev      # the development set (dev_conversations.json)
     python -m benchmarks.agent_eval.run --data dev2 --splits 5   # the second one, means over 5 fold splits
-    python -m benchmarks.agent_eval.run --data test4,test5,test6,test7 --splits 5   # the primary estimate
+    python -m benchmarks.agent_eval.run --data test4,test5,test6,test7,test8,test9 --splits 5   # the primary
+                                                                                          # estimate
     python -m benchmarks.agent_eval.run --quick         # fewer latency entries and repeats
     python -m benchmarks.agent_eval.run --encoder hashing   # no model (lexical hashing encoder)
     python -m benchmarks.agent_eval.run --splits 5 --plot docs/img/agent_eval.png   # and the figure
     python -m benchmarks.agent_eval.run --data dev --fit-defaults   # the uncalibrated verdict models
 
-Nine sets of conversations in the same format and categories (single-fact,
+Eleven sets of conversations in the same format and categories (single-fact,
 multi-session, knowledge-update, temporal, identifier, abstention), about
 different people, facts and sessions: ``dev_conversations.json`` (117 turns in
 12 sessions, 165 questions) and ``dev2_conversations.json`` (120 turns in 12
@@ -23,8 +24,9 @@ development data in the tenth; ``test4_conversations.json`` and
 ``test5_conversations.json`` (190 questions each), written blind for the
 tenth round and opened only after its choice was committed, became
 development data in the eleventh, which changed nothing; ``test6`` and
-``test7`` were written blind for it and opened after its choice. Since
-nothing has been chosen on them, ``test4`` to ``test7`` pooled are the
+``test7`` were written blind for it and opened after its choice, as were
+``test8`` and ``test9`` for the twelfth, which changed nothing either.
+Since nothing has been chosen on them, ``test4`` to ``test9`` pooled are the
 primary estimate (docs/agent-eval.md), only reported on. ``abstention_topics.json`` labels every unanswerable
 question's subject (never mentioned, or a remembered thing's unstated
 detail), read from the data alone.
@@ -90,6 +92,8 @@ TEST4_DATA = HERE / "test4_conversations.json"  # the tenth round's two blind se
 TEST5_DATA = HERE / "test5_conversations.json"
 TEST6_DATA = HERE / "test6_conversations.json"  # the eleventh round's two blind sets
 TEST7_DATA = HERE / "test7_conversations.json"
+TEST8_DATA = HERE / "test8_conversations.json"  # the twelfth round's two blind sets
+TEST9_DATA = HERE / "test9_conversations.json"
 #: Each unanswerable question's subject: never-mentioned or mentioned (labelled from the data alone).
 SUBJECTS = HERE / "abstention_topics.json"
 DAY = 86400.0
@@ -144,10 +148,11 @@ class CachedEncoder:
 
 
 def load(which: str = "test") -> dict[str, Any]:
-    """A test set (``"test"`` to ``"test7"``), a development set (``"dev"``, ``"dev2"``), or a file
+    """A test set (``"test"`` to ``"test9"``), a development set (``"dev"``, ``"dev2"``), or a file
     in the same format. A named set's unanswerable questions get their ``subject`` label from :data:`SUBJECTS`."""
     path = {"test": DATA, "test2": TEST2_DATA, "test3": TEST3_DATA, "test4": TEST4_DATA, "test5": TEST5_DATA,
-            "test6": TEST6_DATA, "test7": TEST7_DATA, "dev": DEV_DATA, "dev2": DEV2_DATA}.get(
+            "test6": TEST6_DATA, "test7": TEST7_DATA,
+            "test8": TEST8_DATA, "test9": TEST9_DATA, "dev": DEV_DATA, "dev2": DEV2_DATA}.get(
         which, Path(which))
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     labels = json.loads(SUBJECTS.read_text(encoding="utf-8"))["labels"].get(which, {}) if SUBJECTS.exists() else {}
@@ -495,9 +500,9 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", default="test", metavar="test|test2..test7|dev|dev2|PATH[,...]",
+    parser.add_argument("--data", default="test", metavar="test|test2..test9|dev|dev2|PATH[,...]",
                         help="the conversations: test (conversations.json, the default), test2 "
-                             "(test2_conversations.json), test3 to test7 (test3_conversations.json ...), dev "
+                             "(test2_conversations.json), test3 to test9 (test3_conversations.json ...), dev "
                              "(dev_conversations.json), dev2 (dev2_conversations.json) or a file in the same format; "
                              "several, separated by commas, "
                              "are pooled (each set in its own memory and calibrated on its own questions, every "
