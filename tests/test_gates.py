@@ -90,6 +90,12 @@ def fitting_parts(relevant, irrelevant, holdout_fraction=0.3, seed=0):
     return rel_fit, rel_held, irr_fit, irr_held
 
 
+def tied(n_rel, n_irr, shift, seed):
+    """Overlapping scores rounded to one decimal: ties on purpose."""
+    relevant, irrelevant = overlapping(n_rel, n_irr, shift=shift, seed=seed)
+    return np.round(relevant, 1), np.round(irrelevant, 1)
+
+
 class TestOverlapping:
     def test_budget_respected_and_figures_consistent(self):
         relevant, irrelevant = overlapping()
@@ -114,9 +120,7 @@ class TestOverlapping:
         st.integers(0, 1000),
     )
     def test_budget_respected_with_maximal_coverage(self, n_rel, n_irr, budget, holdout, seed):
-        relevant, irrelevant = overlapping(n_rel, n_irr, shift=0.5, seed=seed)
-        relevant = np.round(relevant, 1)  # ties on purpose
-        irrelevant = np.round(irrelevant, 1)
+        relevant, irrelevant = tied(n_rel, n_irr, shift=0.5, seed=seed)
         gate = calibrate(relevant, irrelevant, budget, holdout_fraction=holdout, seed=seed)
         if gate.separated:
             assert irrelevant.max() < gate.tau <= relevant.min()
@@ -164,18 +168,10 @@ class TestOverlapping:
 
 class TestMinCoverage:
     @settings(max_examples=80, deadline=None)
-    @given(
-        st.integers(2, 40),
-        st.integers(2, 40),
-        st.floats(0.0, 0.99),
-        st.floats(0.0, 1.0),
-        st.floats(0.0, 0.9),
-        st.integers(0, 1000),
-    )
+    @given(st.integers(2, 40), st.integers(2, 40), st.floats(0.0, 0.99), st.floats(0.0, 1.0), st.floats(0.0, 0.9),
+           st.integers(0, 1000))
     def test_floor_held_and_tau_never_above_the_budgets(self, n_rel, n_irr, budget, floor, holdout, seed):
-        relevant, irrelevant = overlapping(n_rel, n_irr, shift=0.3, seed=seed)
-        relevant = np.round(relevant, 1)  # ties on purpose
-        irrelevant = np.round(irrelevant, 1)
+        relevant, irrelevant = tied(n_rel, n_irr, shift=0.3, seed=seed)
         gate = calibrate(relevant, irrelevant, budget, min_coverage=floor, holdout_fraction=holdout, seed=seed)
         plain = calibrate(relevant, irrelevant, budget, holdout_fraction=holdout, seed=seed)
         assert gate.tau <= plain.tau  # the floor only ever lowers tau
