@@ -728,6 +728,14 @@ def test_recall_config_validates():
         RecallConfig(version_order="shuffle")
     with pytest.raises(InvalidInput, match="comparison_cues"):
         RecallConfig(comparison_cues="yes")
+    for bad in (True, 0, -1.0, 10.5, float("nan"), "7"):
+        with pytest.raises(InvalidInput, match="novelty_ceiling"):
+            RecallConfig(novelty_ceiling=bad)
+    assert RecallConfig(novelty_ceiling=7).novelty_ceiling == 7
+    # the thirteenth evaluation round's choices are the defaults
+    default = RecallConfig()
+    assert (default.novelty_ceiling, default.version_order, default.comparison_cues, default.path_floor,
+            default.rrf_weights["associative"]) == (7.0, "adjacent", True, True, 0.0)
     with pytest.raises(InvalidInput):
         RecallConfig(update_cues="(unclosed")
     with pytest.raises(InvalidInput):
@@ -921,8 +929,9 @@ def _floor_case(cfg, mode="hybrid", tau=0.0):
 
 def test_path_floor_admits_what_the_semantic_path_alone_would():
     # without it, entry 1's keyword evidence sets the floor (0.6 x 1.4 = 0.84) above 2's and 3's
-    verdict, admitted = _floor_case(RecallConfig())
+    verdict, admitted = _floor_case(RecallConfig(path_floor=False))
     assert verdict.passes and verdict.path_floor is None and set(admitted) == {1}
+    assert RecallConfig().path_floor  # on by default since the thirteenth evaluation round
     # with it, a candidate whose path reaches 0.6 x the best path (0.54) is admitted as well
     verdict, admitted = _floor_case(RecallConfig(path_floor=True))
     assert verdict.path_floor == pytest.approx(0.54)

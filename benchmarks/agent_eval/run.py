@@ -477,7 +477,8 @@ def fit_defaults(encoder: Any, data: dict[str, Any], config: Any) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         mem, _, _ = build_memory(os.path.join(tmp, "defaults.db"), encoder, data, config)
         gates = mem.calibrate([q["question"] for q in questions if q["answers"]],
-                              [q["question"] for q in questions if not q["answers"]], error_budget=0.1)
+                              [q["question"] for q in questions if not q["answers"]], error_budget=0.1,
+                              min_coverage=0.0)  # strict: the budget alone, no coverage floor
         for mode, model in mem.verdict_models.items():
             weights = ", ".join(f"{w:.3f}" for w in model.weights)
             print(f'    "{mode}": VerdictModel({model.features!r}, ({weights}), {model.intercept:.3f}),')

@@ -80,7 +80,7 @@ def gather(text: str, qvec: np.ndarray, *, mode: str, limit: int, config: Recall
         _read_engines(found, qvec, parts, cfg, visible)
     if mode in ("hybrid", "keyword") and n_visible_scope:
         _search_keywords(found, text, limit, cfg, parts, n_visible_scope, tables, store, rows, visible)
-        found.novelty = _novelty(found.terms, parts)
+        found.novelty = _novelty(found.terms, parts, cfg.novelty_ceiling)
     if hints.window is not None and n_visible_scope:
         start, end = hints.window
         lo = bisect.bisect_left(by_time, (start, -1))

@@ -25,6 +25,7 @@ import numpy as np
 from ..centering import Centerer
 from ..errors import IncompatibleStore, InvalidInput, NotFound
 from ..gates import Gate
+from . import english
 from . import keyword as kw
 from .config import MODES, RecallConfig
 from .encoding import encode_batches, encoder_record, space_centerer
@@ -82,6 +83,8 @@ class MemoryCore:
         self.config = config or RecallConfig()
         if not isinstance(self.config, RecallConfig):
             raise InvalidInput(f"config: expected a RecallConfig, got {type(self.config).__name__}")
+        if self.config.novelty_ceiling is not None:
+            english.preload()  # here, not in the first recall's latency
         self.day_zero = timestamp(day_zero, "day_zero")
         receipt_seconds = seconds(receipt_ttl, "receipt_ttl")
         if receipt_seconds is None:  # receipts must expire: None would fail at the first recorded recall

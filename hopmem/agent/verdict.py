@@ -9,8 +9,9 @@ Two questions, two gates (:class:`hopmem.gates.Gate`):
 
    * ``evidence``: the best candidate's evidence (hybrid ``path + 0.5 *
      keyword``, associative ``path``, keyword ``keyword``);
-   * ``novelty``: the share of the query's IDF mass in words no visible entry
-     contains (modes that read keywords);
+   * ``novelty``: the share of the query's word weight in words no visible
+     entry contains, a word weighing more the rarer it is in English
+     (``RecallConfig.novelty_ceiling``; modes that read keywords);
    * ``margin``: how far the nearest entry's cosine stands above the mean of
      the ten nearest (modes that read vectors): a question about something
      remembered has one clear nearest statement, an unanswerable one a flat
@@ -204,17 +205,17 @@ def _default_gate(tau: float) -> Gate:
 #: The uncalibrated verdict models: fitted with :func:`fit_model` on every gate-decided question of the
 #: development conversations (``python -m benchmarks.agent_eval.run --data dev --fit-defaults``).
 DEFAULT_MODELS: Mapping[str, VerdictModel] = {
-    "hybrid": VerdictModel(("evidence", "novelty", "margin", "crowd"), (2.066, -2.805, 13.487, 0.373), -2.260),
+    "hybrid": VerdictModel(("evidence", "novelty", "margin", "crowd"), (1.387, -3.081, 14.278, 0.372), -2.037),
     "associative": VerdictModel(("evidence", "margin", "crowd"), (4.111, 13.730, 0.162), -3.190),
-    "keyword": VerdictModel(("evidence", "novelty"), (7.541, -3.769), -1.849),
+    "keyword": VerdictModel(("evidence", "novelty"), (7.207, -4.582), -1.666),
 }
 #: Used with the :data:`DEFAULT_MODELS` until :meth:`AgentMemory.calibrate` is called: deliberately
 #: strict (the development set's gates at error budget 0.1; a calibrated gate usually abstains less),
 #: and every selection's ``reason`` says the gate is uncalibrated. Thresholds on log-odds.
 DEFAULT_GATES: Mapping[str, Gate] = {
-    "hybrid": _default_gate(1.85),
+    "hybrid": _default_gate(1.64),
     "associative": _default_gate(1.62),
-    "keyword": _default_gate(2.42),
+    "keyword": _default_gate(2.49),
 }
 #: Uncalibrated models and gates for other feature sets (``RecallConfig.margin_feature``,
 #: ``crowd_feature``), fitted the same way: here the models without ``crowd`` (``crowd_feature=False``,
@@ -222,7 +223,7 @@ DEFAULT_GATES: Mapping[str, Gate] = {
 #: :data:`DEFAULT_GATES` entries (a model's features are computed by name whatever the configuration).
 OTHER_DEFAULTS: Mapping[tuple[str, ...], tuple[VerdictModel, Gate]] = {
     ("evidence", "novelty", "margin"): (
-        VerdictModel(("evidence", "novelty", "margin"), (2.257, -2.827, 9.700), -1.286), _default_gate(2.15)),
+        VerdictModel(("evidence", "novelty", "margin"), (1.532, -3.111, 10.531), -1.036), _default_gate(2.00)),
     ("evidence", "margin"): (VerdictModel(("evidence", "margin"), (4.317, 11.942), -2.824), _default_gate(1.68)),
 }
 
