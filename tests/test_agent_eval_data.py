@@ -16,10 +16,11 @@ import pytest
 
 from benchmarks.agent_eval.plot import GROUPS, abstention_bars, figure, recall_bars
 from benchmarks.agent_eval.run import CachedEncoder, build_memory, cosine_baseline, evaluate, load, make_encoder, targets
+from benchmarks.agent_eval.run import SETS as ALL_SETS
 from benchmarks.agent_eval.run import main as run_main
 from benchmarks.agent_eval.scoring import CATEGORIES, bootstrap_f1, bootstrap_gap, mean_tables, score
 
-SETS = ("dev", "dev2", "test", "test2", "test3", "test4", "test5", "test6", "test7", "test8", "test9")
+SETS = tuple(ALL_SETS)
 
 
 @pytest.mark.parametrize("which", SETS)
@@ -38,12 +39,22 @@ def test_conversations_are_well_formed(which):
     assert {q["category"] for q in data["questions"]} == set(CATEGORIES)
 
 
-#: Questions the blind writers of the last four sets happened to word like another set's (generic ones such
-#: as "What's my dog's name?"); each set's turns are its own, so they ask about a different person.
-SHARED_BY_CHANCE = {"how often am i seeing the physio at the moment?", "what did i name my sourdough starter?",
-                    "what's my dog's name?", "what's my blood type?", "what's my brother's name?",
-                    "what's my shoe size?", "which voice part do i sing in the choir?", "what's my dog's name again?",
-                    "what did i decide about refinancing the mortgage?"}
+#: Questions the blind writers happened to word like another set's: generic ones such as "What's my dog's
+#: name?", nearly all of them unanswerable (one writer's answerable "When is my wedding anniversary?" is
+#: another's unanswerable one). Each set's turns are its own, so they ask about a different person.
+SHARED_BY_CHANCE = {
+    "how often am i seeing the physio at the moment?", "what did i name my sourdough starter?",
+    "what's my dog's name?", "what's my blood type?", "what's my brother's name?", "what's my shoe size?",
+    "which voice part do i sing in the choir?", "what's my dog's name again?",
+    "what did i decide about refinancing the mortgage?",
+    # the thirteenth round's four sets
+    "what was my most recent blood pressure reading?", "when is my wedding anniversary?", "what's my cat's name?",
+    "which book is my book club reading this month?", "which mobile phone plan am i on?",
+    "what's the limit on my credit card?", "what are my plans for christmas?",
+    "what was my last blood pressure reading?", "what's my piano teacher's name?",
+    "which streaming services am i paying for?", "how much is my gym membership?",
+    "when is my next dentist appointment?",
+}
 
 
 def test_every_set_is_its_own_conversation():

@@ -84,16 +84,12 @@ from benchmarks.agent_eval.scoring import CATEGORIES, RETRIEVERS, bootstrap_f1, 
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / "conversations.json"  # the test set: report on it, choose nothing on it
-DEV_DATA = HERE / "dev_conversations.json"  # the development set: choose defaults on it
-DEV2_DATA = HERE / "dev2_conversations.json"  # a second development set, written later and independently
-TEST2_DATA = HERE / "test2_conversations.json"  # a second test set, written blind (docs/agent-eval.md)
-TEST3_DATA = HERE / "test3_conversations.json"  # a third, written blind with the issue's abstention category
-TEST4_DATA = HERE / "test4_conversations.json"  # the tenth round's two blind sets (docs/agent-eval.md)
-TEST5_DATA = HERE / "test5_conversations.json"
-TEST6_DATA = HERE / "test6_conversations.json"  # the eleventh round's two blind sets
-TEST7_DATA = HERE / "test7_conversations.json"
-TEST8_DATA = HERE / "test8_conversations.json"  # the twelfth round's two blind sets
-TEST9_DATA = HERE / "test9_conversations.json"
+#: Every named set (docs/agent-eval.md says when each was written and what was chosen on it): ``dev``
+#: (choose defaults on it), ``dev2`` (written later, independently), ``test`` (the first test set),
+#: ``test2`` and ``test3`` (written blind), ``test4`` to ``test13`` (two or four per round, from the tenth
+#: round on, written blind before the round's choice and run once after it).
+SETS = {"test": DATA, **{name: HERE / f"{name}_conversations.json"
+                         for name in ("dev", "dev2", *(f"test{n}" for n in range(2, 14)))}}
 #: Each unanswerable question's subject: never-mentioned or mentioned (labelled from the data alone).
 SUBJECTS = HERE / "abstention_topics.json"
 DAY = 86400.0
@@ -148,12 +144,9 @@ class CachedEncoder:
 
 
 def load(which: str = "test") -> dict[str, Any]:
-    """A test set (``"test"`` to ``"test9"``), a development set (``"dev"``, ``"dev2"``), or a file
-    in the same format. A named set's unanswerable questions get their ``subject`` label from :data:`SUBJECTS`."""
-    path = {"test": DATA, "test2": TEST2_DATA, "test3": TEST3_DATA, "test4": TEST4_DATA, "test5": TEST5_DATA,
-            "test6": TEST6_DATA, "test7": TEST7_DATA,
-            "test8": TEST8_DATA, "test9": TEST9_DATA, "dev": DEV_DATA, "dev2": DEV2_DATA}.get(
-        which, Path(which))
+    """A named set (:data:`SETS`: ``"test"`` to ``"test13"``, ``"dev"``, ``"dev2"``), or a file in the
+    same format. A named set's unanswerable questions get their ``subject`` label from :data:`SUBJECTS`."""
+    path = SETS.get(which, Path(which))
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     labels = json.loads(SUBJECTS.read_text(encoding="utf-8"))["labels"].get(which, {}) if SUBJECTS.exists() else {}
     for q in data["questions"]:
@@ -501,9 +494,9 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", default="test", metavar="test|test2..test9|dev|dev2|PATH[,...]",
+    parser.add_argument("--data", default="test", metavar="test|test2..test13|dev|dev2|PATH[,...]",
                         help="the conversations: test (conversations.json, the default), test2 "
-                             "(test2_conversations.json), test3 to test9 (test3_conversations.json ...), dev "
+                             "(test2_conversations.json), test3 to test13 (test3_conversations.json ...), dev "
                              "(dev_conversations.json), dev2 (dev2_conversations.json) or a file in the same format; "
                              "several, separated by commas, "
                              "are pooled (each set in its own memory and calibrated on its own questions, every "
