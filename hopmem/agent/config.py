@@ -78,7 +78,7 @@ class RecallConfig:
     associative mode the best path (or, with
     ``associative_statistic="first_contact"``, the read's first contact);
     modes that read keywords subtract ``novelty_weight * novelty`` (the share
-    of the query's IDF mass in words no visible entry contains). Once the
+    of the query's word weight in words no visible entry contains). Once the
     verdict is yes, a hit needs ``evidence >= floor_ratio * best evidence``; the
     band gate labels it. Independently of the verdict, a rare exact token or
     the query's time window admits an entry, and the newer (or older) version
