@@ -7,8 +7,9 @@ here for a word the list does not hold. :func:`novelty
 everyday word the memory never stored counts for less than a specific one.
 
 The list is wordfreq's "large" English list (321,000 words). It is loaded
-once, on first use, and kept compact: the CRC-32 of each word, sorted, with
-its Zipf value in hundredths (about 2 MB, against 37 MB as a ``dict``). Two
+once (:func:`preload`, or the first use), and kept compact: the CRC-32 of
+each word, sorted, with its Zipf value in hundredths (about 2 MB, against
+37 MB as a ``dict``). Two
 words with one CRC-32 would share a value; among the list's words the few
 such pairs are all rare, and a rare word's value is near 0 either way.
 """
@@ -27,11 +28,13 @@ __all__ = ["preload", "zipf"]
 
 @functools.cache
 def _table() -> tuple[array.array, array.array]:
-    from wordfreq import get_frequency_dict
+    from wordfreq import get_frequency_list
 
-    words = get_frequency_dict("en", "large")
-    keys = np.fromiter((zlib.crc32(w.encode("utf-8")) for w in words), dtype=np.uint32, count=len(words))
-    values = np.rint(100.0 * (np.log10(np.fromiter(words.values(), dtype=np.float64, count=len(words))) + 9.0))
+    # the list's bins, most frequent first: bin i holds the words of frequency 10 ** (-i / 100), Zipf 9 - i / 100.
+    # __wrapped__: wordfreq would otherwise cache the whole list (about 80 MB) for the life of the process.
+    bins = get_frequency_list.__wrapped__("en", "large")
+    keys = np.fromiter((zlib.crc32(w.encode("utf-8")) for words in bins for w in words), dtype=np.uint32)
+    values = np.concatenate([np.full(len(words), 900 - i) for i, words in enumerate(bins)])
     order = np.argsort(keys, kind="stable")
     # array.array: bisect on it is a C loop, ~1 us a lookup (numpy's searchsorted on one scalar: ~50 us)
     return array.array("I", keys[order].tobytes()), array.array("h", values[order].astype(np.int16).tobytes())
