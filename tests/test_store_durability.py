@@ -22,7 +22,6 @@ from crash_support import run_and_kill
 
 import hopmem
 from hopmem import Memory, StoreError
-from hopmem.store import _engine
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WRITER = os.path.join(ROOT, "tests", "fixtures", "store_crash_writer.py")
@@ -185,7 +184,7 @@ def test_engine_failure_midway_restores_from_disk(tmp_path, monkeypatch):
         coll = db.collection("c")
         coll.write(_data(10))
         before = coll.snapshot()
-        real = _engine.apply_write
+        real = Memory.write_exclusive
         calls = []
 
         def half_then_fail(memory, X):
@@ -195,10 +194,10 @@ def test_engine_failure_midway_restores_from_disk(tmp_path, monkeypatch):
             real(memory, X[: len(X) // 2])  # mutates the state, then fails
             raise RuntimeError("engine failed midway")
 
-        monkeypatch.setattr(_engine, "apply_write", half_then_fail)
+        monkeypatch.setattr(Memory, "write_exclusive", half_then_fail)
         with pytest.raises(RuntimeError, match="midway"):
             coll.write(_data(6, seed=1))
-        monkeypatch.setattr(_engine, "apply_write", real)
+        monkeypatch.setattr(Memory, "write_exclusive", real)
         assert coll.snapshot() == before
         assert coll.seq == 1
 

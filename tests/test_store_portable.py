@@ -54,7 +54,7 @@ def test_export_import_round_trip(tmp_path):
             db.import_collection(out, "copy")
         for d in docs[:5]:
             vec = renamed.documents.get(d[0]).vector
-            assert renamed.documents.query(vec, n=1, mode="indexed")[0].id == d[0]
+            assert renamed.resolve(vec, limit=1, mode="indexed")[0].id == d[0]
     with hopmem.open(dst) as db:
         assert db.get_collection("copy").snapshot() == state
 
