@@ -29,7 +29,7 @@ FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 @dataclass
 class FakeEncoder:
     name: str = "hashing-8"
-    dimension: int = 8
+    dim: int = 8
     fingerprint: str | None = "aaaa1111"
 
 
