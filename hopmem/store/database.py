@@ -20,8 +20,7 @@ the checkpoint policy).
 or created) is stored with the document as one blob; merges are logged per
 journal entry; the location -> documents index is built in memory on the
 first document query (CSR arrays) and maintained incrementally. Schema
-version 1 kept one ``postings`` row per (location, document) instead, as the
-issue suggested: at 30,000 documents a batch of 100 documents (2,100
+version 1 kept one ``postings`` row per (location, document) instead: at 30,000 documents a batch of 100 documents (2,100
 posting rows) then cost about 30 ms of CPU, 14 us per row, because the rows
 land all over a location-ordered B-tree and each commit dirties pages across
 it (see :mod:`hopmem.store.schema`, migration 2). Deleting
