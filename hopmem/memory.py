@@ -16,7 +16,7 @@ import math
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Literal, NamedTuple, Sequence
+from typing import Any, Callable, Iterator, Literal, NamedTuple
 
 import numpy as np
 import numpy.typing as npt

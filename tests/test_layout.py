@@ -190,7 +190,8 @@ def _is_self(node: ast.expr) -> bool:
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "super"
 
 
-def private_accesses(module: str, path: Path, tree: ast.Module, modules: set[str]) -> Iterator[tuple[int, str]]:
+def private_accesses(module: str, path: Path, tree: ast.Module,
+                     modules: set[str]) -> Iterator[tuple[int, str]]:
     """``(line, what)`` for each access of another module's private name in ``tree``."""
     own = _own_names(tree)
     for imp in imports(module, path, tree, modules):

@@ -391,8 +391,8 @@ class Collection:
         return StoredWriteResult(result.count, result.touched, result.created, result.merges,
                                  ids=ids, seq=seq)
 
-    def _insert_documents(self, conn: sqlite3.Connection, jid: int, first_id: int, metas: list[str], now: float,
-                          postings: list[bytes]) -> None:
+    def _insert_documents(self, conn: sqlite3.Connection, jid: int, first_id: int, metas: list[str],
+                          now: float, postings: list[bytes]) -> None:
         """Insert the batch's documents; ``postings[i]``: document i's posting list as stored
         (little-endian int64 location ids)."""
         cid = self._cid
@@ -765,7 +765,10 @@ class Collection:
 
     def export(self, path: str | os.PathLike[str], *,
                progress: Callable[[int], Any] | None = None) -> dict[str, Any]:
-        """Write this collection to a portable file (see :mod:`hopmem.store.portable`); returns its manifest."""
+        """Write this collection to a portable file; returns its manifest.
+
+        See :mod:`hopmem.store.portable` for the format.
+        """
         return portable.write_export(self._file, self._name, path, progress=progress)
 
     # -- called by the Database that owns this collection (internal) --------------------------------

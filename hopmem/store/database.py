@@ -20,11 +20,12 @@ the checkpoint policy).
 or created) is stored with the document as one blob; merges are logged per
 journal entry; the location -> documents index is built in memory on the
 first document query (CSR arrays) and maintained incrementally. Schema
-version 1 kept one ``postings`` row per (location, document) instead: at 30,000 documents a batch of 100 documents (2,100
-posting rows) then cost about 30 ms of CPU, 14 us per row, because the rows
-land all over a location-ordered B-tree and each commit dirties pages across
-it (see :mod:`hopmem.store.schema`, migration 2). Deleting
-a document deletes one row; the in-memory index drops it lazily.
+version 1 kept one ``postings`` row per (location, document) instead: at
+30,000 documents a batch of 100 documents (2,100 posting rows) then cost
+about 30 ms of CPU, 14 us per row, because the rows land all over a
+location-ordered B-tree and each commit dirties pages across it (see
+:mod:`hopmem.store.schema`, migration 2). Deleting a document deletes one
+row; the in-memory index drops it lazily.
 
 *Checkpoint policy.* A checkpoint is worth writing when replaying the entries
 since the last one would cost more than the checkpoint does. The store measures
@@ -72,7 +73,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from ..config import MemoryConfig
 from ..errors import AlreadyExists, CorruptStore, IncompatibleStore, NotFound

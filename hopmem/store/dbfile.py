@@ -403,7 +403,7 @@ class DatabaseFile:
         return self._closed
 
     def backup(self, path: str | os.PathLike[str], *, overwrite: bool = False) -> str:
-        """Copy the database, while open, to ``path`` (SQLite's online backup); see :meth:`Database.backup`."""
+        """Copy the database, while open, to ``path``; see :meth:`Database.backup`."""
         self.check_open()
         target = os.path.abspath(os.fspath(path))
         if target == self.path:
