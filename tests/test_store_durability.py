@@ -116,7 +116,7 @@ def test_failed_commit_restores_memory_and_disk(tmp_path, with_metadata):
         coll = db.collection("c")
         coll.write(_data(20), metadata=[{"i": i} for i in range(20)])
         before = coll.snapshot()
-        undo = _commit_fails(db._conn)
+        undo = _commit_fails(db._file._writer)
         try:
             with pytest.raises(StoreError, match="not committed.*restored from disk"):
                 coll.write(_data(5, seed=1), metadata=["x"] * 5 if with_metadata else None)
@@ -145,16 +145,16 @@ def test_failed_statement_in_a_metadata_batch_is_atomic(tmp_path):
         coll = db.collection("c")
         coll.write(_data(4))
         before = coll.snapshot()
-        db._conn.execute(
+        db._file._writer.execute(
             "CREATE TEMP TRIGGER fail_docs BEFORE INSERT ON main.documents "
             "WHEN NEW.doc_id = 3 BEGIN SELECT RAISE(ABORT, 'injected failure'); END")
         with pytest.raises(StoreError, match="injected failure"):
             coll.write(_data(5, seed=1), metadata=list(range(5)))
-        db._conn.execute("DROP TRIGGER fail_docs")
+        db._file._writer.execute("DROP TRIGGER fail_docs")
         assert coll.snapshot() == before
         assert coll.documents.count() == 0
         assert coll.documents.list() == []
-        assert db._reader().execute("SELECT count(*) FROM journal").fetchone()[0] == 1
+        assert db._file.reader().execute("SELECT count(*) FROM journal").fetchone()[0] == 1
         assert coll.write(_data(2, seed=3), metadata=[1, 2]).ids == [1, 2]
 
 
@@ -164,7 +164,7 @@ def test_failed_compress_commit_restores_memory(tmp_path):
         coll = db.collection("c")
         coll.write(_data(30))
         before = coll.snapshot()
-        undo = _commit_fails(db._conn)
+        undo = _commit_fails(db._file._writer)
         try:
             with pytest.raises(StoreError, match="compress.*not committed"):
                 coll.compress(5)
