@@ -20,15 +20,17 @@ order):
      ``_name`` is not defined by the module doing the access (a module's own
      privates are fine: one class may touch another instance's, or a helper
      object's, attributes within the module that defines them). "Defined by a
-     module" means assigned as ``self._name`` / ``cls._name``, bound at module
-     or class level (assignment, ``def``, ``class``), or a parameter name;
+     module" means assigned as ``self._name`` / ``cls._name`` or by
+     ``setattr(self, "_name", ...)``, or bound as a name anywhere in it
+     (assignment, ``def``, ``class``);
    * ``getattr(obj, "_name")``, ``hasattr`` and ``setattr`` with such a
      constant name, on the same terms (probing is access);
    * ``from m import _name`` where ``m`` is another module and ``_name`` is
-     not a module: importing a *private module* (``from . import _sqlite``,
-     ``from ._state import Snapshot``, the compiled ``_kernel``, ``_reference``,
-     ``_rwlock``, ``_deprecation``, ``_sqlite``) is fine; its public names are
-     its interface.
+     not a module. Importing a *private module* is fine, and so is using its
+     public names, which are its interface: ``from . import _kernel`` (the
+     compiled module, known by its ``.pyx`` source), ``from . import _sqlite``,
+     ``from ._state import Snapshot``, ``_reference``, ``_rwlock``,
+     ``_deprecation``.
 
    The few underscore names that are public by convention of the standard
    library (a namedtuple's ``_replace``, ``_asdict``, ``_fields``, ``_make``)
@@ -171,8 +173,6 @@ def _own_names(tree: ast.Module) -> set[str]:
             own.add(node.name)
         elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             own.add(node.id)
-        elif isinstance(node, ast.arg):
-            own.add(node.arg)
         elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) \
                 and isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
             own.add(node.attr)
