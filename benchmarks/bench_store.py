@@ -69,13 +69,13 @@ class WriteSuite(_Store):
 class QuerySuite(_Store):
     def setup(self, dim):
         super().setup(dim)
-        self.coll.documents.query(self.one, n=1)  # load the document indexes once
+        self.coll.resolve(self.one, limit=1, mode="indexed")  # load the document indexes once
 
     def time_query_indexed(self, dim):
-        self.coll.documents.query(self.one, n=10, mode="indexed")
+        self.coll.resolve(self.one, limit=10, mode="indexed")
 
     def time_query_exact(self, dim):
-        self.coll.documents.query(self.one, n=10, mode="exact")
+        self.coll.resolve(self.one, limit=10, mode="exact")
 
     def time_document_get(self, dim):
         self.coll.documents.get(17)

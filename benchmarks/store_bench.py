@@ -62,7 +62,6 @@ if ROOT not in sys.path:
 
 import hopmem  # noqa: E402
 from hopmem import Memory  # noqa: E402
-from hopmem.store import _engine  # noqa: E402
 
 HEATHERDB = {"single_ms": 3.7, "batch_ms_per_vector": 0.12, "dim": 128}
 
@@ -114,8 +113,8 @@ def engine_times(state_of, batches: list[np.ndarray]) -> list[float]:
     out = []
     for X in batches:
         w = time.perf_counter()
-        with _engine.write_lock(mem):
-            _engine.apply_write(mem, X)
+        with mem.exclusive():  # as the store applies a write: under the lock, no rollback copy
+            mem.write_exclusive(X)
         out.append(time.perf_counter() - w)
     return out
 
@@ -264,7 +263,7 @@ coll = db.collection(name)
 t1 = time.perf_counter()
 coll.read(q)
 t2 = time.perf_counter()
-coll.documents.query(q, n=10, mode="indexed")
+coll.resolve(q, limit=10, mode="indexed")
 t3 = time.perf_counter()
 print(json.dumps({"reopen": t1 - t0, "read": t2 - t1, "query": t3 - t2}))
 db.close()
@@ -337,10 +336,10 @@ def bench_reopen(tmp: str, dim: int, writes: int, batch: int = 1000,
         walls.append(time.perf_counter() - w)
         cpus.append(time.process_time() - c)
         assert coll.snapshot() == state
-        w1, c1 = timed(lambda: coll.documents.query(data(1)[0], n=10, mode="indexed"))
-        w2, c2 = timed(lambda: coll.documents.query(data(1)[0], n=10, mode="indexed"))
-        w0, c0 = timed(lambda: coll.documents.query(data(1)[0], n=10, mode="exact"))
-        w3, c3 = timed(lambda: coll.documents.query(data(1)[0], n=10, mode="exact"))
+        w1, c1 = timed(lambda: coll.resolve(data(1)[0], limit=10, mode="indexed"))
+        w2, c2 = timed(lambda: coll.resolve(data(1)[0], limit=10, mode="indexed"))
+        w0, c0 = timed(lambda: coll.resolve(data(1)[0], limit=10, mode="exact"))
+        w3, c3 = timed(lambda: coll.resolve(data(1)[0], limit=10, mode="exact"))
         db.close()
     rows.append(Row(f"reopen after {writes:,} writes (clean close)", dim, locations,
                     f"{med(walls):.3f} s", f"{med(cpus):.3f} s", "",

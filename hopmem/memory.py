@@ -11,16 +11,18 @@ state's half-precision conversion (``hopmem._state``), the thread settings
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Iterator, Literal, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from . import _reference
+from ._deprecation import warn_deprecated
 from ._rwlock import RWLock
 from ._state import Snapshot, State
 from .config import MemoryConfig
@@ -28,7 +30,7 @@ from .errors import DimensionMismatch, EmptyMemory, InvalidInput
 
 __all__ = [
     "Memory", "WriteResult", "Trace", "ScoredRead", "AttentionResult", "Stats", "CompressResult",
-    "as_vectors", "Strategy", "top_k_dot", "top_k_cosine",
+    "as_vectors", "Strategy", "top_k_dot", "top_k_cosine", "Scalars",
 ]
 
 Strategy = Literal["iterative", "fast"]
@@ -91,15 +93,70 @@ class AttentionResult:
 
 @dataclass(frozen=True)
 class Stats:
+    """A memory's size and learning state at one moment (:meth:`Memory.stats`).
+
+    Attributes
+    ----------
+    num_locations : int
+        Hard locations in the memory.
+    writes : int
+        Vectors written so far (not the sum of weights).
+    total_weight : float
+        Sum of the locations' evidence ``n_j`` (each write spreads one unit of
+        activation weight over the locations it touches, so this exceeds
+        ``writes`` when several locations absorb each write).
+    current_eta : float
+        The learning rate the next write uses.
+    avg_write_weight : float
+        Mean evidence per location, ``total_weight / num_locations`` (0 when empty).
+    max_write_weight : float
+        The largest evidence of any location (0 when empty).
+    """
+
     num_locations: int
     writes: int
     total_weight: float
     current_eta: float
-    avg_write_count: float
-    max_write_count: float
+    avg_write_weight: float
+    max_write_weight: float
+
+    @property
+    def avg_write_count(self) -> float:
+        """Deprecated name of :attr:`avg_write_weight` (it is a weight, not a count)."""
+        warn_deprecated("Stats.avg_write_count", "Stats.avg_write_weight")
+        return self.avg_write_weight
+
+    @property
+    def max_write_count(self) -> float:
+        """Deprecated name of :attr:`max_write_weight` (it is a weight, not a count)."""
+        warn_deprecated("Stats.max_write_count", "Stats.max_write_weight")
+        return self.max_write_weight
+
+    def fields(self) -> dict[str, Any]:
+        """The fields by name, exactly (what a subclass is built from)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        """The fields by name, plus ``avg_write_count`` and ``max_write_count``.
+
+        The two old names stay in this dictionary for one release because the
+        HTTP server's stats route still reads them (its wire fields keep those
+        names); they go with the deprecated properties.
+        """
+        out = self.fields()
+        out["avg_write_count"] = self.avg_write_weight
+        out["max_write_count"] = self.max_write_weight
+        return out
+
+
+class Scalars(NamedTuple):
+    """A memory's scalar state: what the store records after each journal entry."""
+
+    writes: int
+    next_id: int
+    size: int
+    eta: float
+    rng: int
 
 
 @dataclass(frozen=True)
@@ -379,7 +436,7 @@ class Memory:
     ``mode="competitive"`` (default) adapts a bounded set of locations by
     competitive learning; ``mode="plain"`` keeps one location per written
     vector, which makes reads exactly a modern Hopfield network. See
-    ALGORITHM.md for every rule and :class:`MemoryConfig` for the parameters.
+    :class:`MemoryConfig` for the parameters.
 
     Thread safety: any number of threads may read at once (the kernel releases
     the GIL); writes are exclusive.
@@ -567,6 +624,57 @@ class Memory:
                 merges += list(self._engine.merge_closest_until(self._state, int(bound)))
             return CompressResult(before, len(self), merges)
 
+    # -- the store's interface ---------------------------------------------------------------
+    #
+    # Internal: hopmem.store applies journaled writes through these, holding the
+    # memory's write lock until its SQLite commit so that no reader ever sees a
+    # state that is not on disk. Not for general use; they skip the validation and
+    # the rollback that ``write`` and ``restore`` do.
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold the memory's write lock (readers and writers wait) for a block (internal)."""
+        with self._lock.write():
+            yield
+
+    def write_exclusive(self, X: np.ndarray) -> WriteResult:
+        """Write a validated C-contiguous float32 ``(n, d)`` batch under :meth:`exclusive` (internal).
+
+        No rollback snapshot: if it fails, the state is undefined and the
+        caller must replace it (:meth:`restore_exclusive`); the store rebuilds
+        it from disk.
+        """
+        touched, created, merges = self._engine.write(self._state, self._kcfg, X)
+        return WriteResult(int(X.shape[0]), touched, created, merges)
+
+    def restore_exclusive(self, snapshot: Snapshot) -> None:
+        """Replace the state with ``snapshot`` (copied, not checked) under :meth:`exclusive` (internal)."""
+        self._state.restore(snapshot)
+        self._engine.state_replaced(self._state)
+
+    def scalars(self) -> Scalars:
+        """(writes, next_id, size, eta, rng) now, in O(1) (internal; exact under :meth:`exclusive`)."""
+        s = self._state
+        return Scalars(int(s.writes), int(s.next_id), int(s.size), float(s.eta), int(s.rng))
+
+    @classmethod
+    def adopting(cls, config: MemoryConfig, snapshot: Snapshot,
+                 *, backend: Literal["native", "reference"] = "native") -> "Memory":
+        """``from_config(config, snapshot)`` that takes over the snapshot's arrays (internal).
+
+        For a snapshot nothing else holds (a checkpoint just loaded from disk):
+        it must not be used afterwards. Its arrays need the spare capacity of
+        :func:`hopmem._state.restore_capacity` to be adopted without a copy.
+        """
+        if not isinstance(config, MemoryConfig):
+            raise InvalidInput(f"config: expected a MemoryConfig, got {type(config).__name__}")
+        _check_snapshot(config, snapshot)
+        mem = cls.__new__(cls)
+        mem._init(config, None, backend)
+        mem._state = State.adopt(config.dim, snapshot, compact=mem._state.addresses16 is not None)
+        mem._engine.state_replaced(mem._state)
+        return mem
+
     # -- reads -------------------------------------------------------------------------------
 
     def _check_strategy(self, strategy: str) -> None:
@@ -677,12 +785,13 @@ class Memory:
                 writes=int(self._state.writes),
                 total_weight=total,
                 current_eta=float(self._state.eta),
-                avg_write_count=total / n if n else 0.0,
-                max_write_count=float(w.max()) if n else 0.0,
+                avg_write_weight=total / n if n else 0.0,
+                max_write_weight=float(w.max()) if n else 0.0,
             )
 
 
 def _check_snapshot(config: MemoryConfig, snap: Snapshot) -> None:
+    """Raise InvalidInput unless ``snap`` is a snapshot of a memory with this config's dimension."""
     if not isinstance(snap, Snapshot):
         raise InvalidInput(f"snapshot: expected a Snapshot, got {type(snap).__name__}")
     n = snap.ids.shape[0]

@@ -190,20 +190,33 @@ def test_fingerprint(backend):
 def test_stats(backend):
     mem = Memory(3, eta0=0.05, eta_min=0.01, backend=backend)
     empty = mem.stats()
-    assert (empty.num_locations, empty.writes, empty.total_weight, empty.avg_write_count,
-            empty.max_write_count) == (0, 0, 0.0, 0.0, 0.0)
+    assert (empty.num_locations, empty.writes, empty.total_weight, empty.avg_write_weight,
+            empty.max_write_weight) == (0, 0, 0.0, 0.0, 0.0)
     assert empty.current_eta == 0.05
     mem.write(clustered(6, 12, 3))
     s = mem.stats()
     assert s.num_locations == len(mem) == len(mem.ids)
     assert s.writes == 12  # vectors, not the sum of weights
     assert s.total_weight == pytest.approx(float(mem.weights.sum()))
-    assert s.avg_write_count == pytest.approx(s.total_weight / s.num_locations)
-    assert s.max_write_count == float(mem.weights.max())
+    assert s.avg_write_weight == pytest.approx(s.total_weight / s.num_locations)
+    assert s.max_write_weight == float(mem.weights.max())
     assert s.total_weight > s.writes  # several locations absorb each write
     assert s.current_eta < 0.05
-    assert set(s.to_dict()) == {"num_locations", "writes", "total_weight", "current_eta",
-                                "avg_write_count", "max_write_count"}
+    assert set(s.fields()) == {"num_locations", "writes", "total_weight", "current_eta",
+                               "avg_write_weight", "max_write_weight"}
+    # the old names stay in to_dict() while the HTTP server's stats route reads them
+    assert s.to_dict() == {**s.fields(), "avg_write_count": s.avg_write_weight,
+                           "max_write_count": s.max_write_weight}
+
+
+def test_stats_write_count_names_are_deprecated():
+    mem = Memory(3)
+    mem.write(clustered(6, 12, 3))
+    s = mem.stats()
+    with pytest.warns(DeprecationWarning, match=r"Stats\.avg_write_count.*avg_write_weight"):
+        assert s.avg_write_count == s.avg_write_weight
+    with pytest.warns(DeprecationWarning, match=r"Stats\.max_write_count.*max_write_weight"):
+        assert s.max_write_count == s.max_write_weight
 
 
 # -- compress ---------------------------------------------------------------------------------

@@ -66,7 +66,7 @@ def test_state_round_trip_is_bit_identical_to_a_plain_memory(path):
         assert coll.seq == 8
         q = clustered(3, seed=5)
         assert np.array_equal(coll.read(q), expected.read(q))
-        assert coll.stats() == CollectionStats(**expected.stats().to_dict(),
+        assert coll.stats() == CollectionStats(**expected.stats().fields(),
                                                documents=3 * 37)
 
 
@@ -99,7 +99,7 @@ def test_reopen_without_any_checkpoint_replays_everything(path):
         state = coll.snapshot()
         coll._maybe_checkpoint = lambda **kw: None  # no checkpoint on close either
     with hopmem.open(path) as db:
-        ckpts = db._reader().execute("SELECT count(*) FROM checkpoints").fetchone()[0]
+        ckpts = db._file.reader().execute("SELECT count(*) FROM checkpoints").fetchone()[0]
         assert ckpts == 0
         assert db.collection("c").snapshot() == state
 
@@ -209,8 +209,7 @@ def test_memory_api_is_delegated(path):
             assert np.array_equal(getattr(coll, view), getattr(mem, view))
         assert len(coll) == len(mem) and coll.dim == 8 and coll.backend == "native"
         assert "Collection('c'" in repr(coll)
-        with pytest.raises(StoreError, match="restore"):
-            coll.restore(mem.snapshot())
+        assert not hasattr(coll, "restore")  # a collection's state is its journal
 
 
 def test_centering_and_gate_are_persisted(path):
@@ -253,7 +252,7 @@ def test_closed_database_and_readonly(path):
         c = ro.get_collection("c")
         assert c.snapshot() == state
         assert [d.metadata for d in c.documents.list()] == list("abcd")
-        assert c.documents.query(np.eye(4)[2], n=1)[0].metadata == "c"
+        assert c.resolve(np.eye(4)[2], limit=1, mode="indexed")[0].metadata == "c"
         with pytest.raises(StoreError, match="read-only"):
             c.write(np.ones(4))
         with pytest.raises(StoreError, match="read-only"):
@@ -275,8 +274,8 @@ def test_open_arguments_are_validated(path):
         hopmem.open(path, dim=4, beta=-1.0)
     with hopmem.open(path, dim=4, synchronous="full") as db:
         db.collection("c").write(np.ones(4))
-        assert db._conn.execute("PRAGMA synchronous").fetchone()[0] == 2
-        assert db._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert db._file._writer.execute("PRAGMA synchronous").fetchone()[0] == 2
+        assert db._file._writer.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
 def test_checkpoint_policy_by_cost_keeps_state_exact(path):
@@ -286,7 +285,99 @@ def test_checkpoint_policy_by_cost_keeps_state_exact(path):
         for s in range(5):
             coll.write(clustered(20, seed=s))
         state = coll.snapshot()
-        seq = db._reader().execute("SELECT seq FROM checkpoints").fetchone()[0]
+        seq = db._file.reader().execute("SELECT seq FROM checkpoints").fetchone()[0]
         assert seq >= 1
     with hopmem.open(path) as db:
         assert db.collection("c").snapshot() == state
+
+
+# -- the text layer's entry points, and deprecated names ------------------------------------------
+
+class _Encoder:
+    name, fingerprint = "fake-8", "f8"
+
+    def __init__(self, new_protocol: bool = True) -> None:
+        if new_protocol:
+            self.dim = 8
+        self.dimension = 8  # what hopmem.text reads until it takes ``dim``
+
+    def encode(self, texts):
+        return np.ones((len(texts), 8), np.float32)
+
+
+@pytest.fixture
+def forwarded(monkeypatch):
+    """What Collection.recall and Collection.calibrate pass to hopmem.text.TextCollection."""
+    calls = {}
+
+    def recall(self, text, limit=5, **options):
+        calls["recall"] = (text, limit, options)
+
+    def calibrate(self, related, unrelated, **options):
+        calls["calibrate"] = (related, unrelated, options)
+
+    monkeypatch.setattr(hopmem.text.TextCollection, "recall", recall)
+    monkeypatch.setattr(hopmem.text.TextCollection, "calibrate", calibrate)
+    return calls
+
+
+def test_recall_and_calibrate_forward_the_new_names(path, forwarded):
+    with hopmem.open(path, encoder=_Encoder()) as db:
+        coll = db.collection("c")
+        coll.recall("q", limit=3, pool=9)
+        assert forwarded["recall"] == ("q", 3, {"pool": 9})
+        coll.calibrate(["a", "b"], ["c", "d"], error_budget=0.1, holdout=0.2, seed=4, statistic="first_contact")
+        assert forwarded["calibrate"] == (["a", "b"], ["c", "d"], {
+            "error_budget": 0.1, "holdout": 0.2, "seed": 4, "statistic": "first_contact"})
+        coll.calibrate(["a", "b"], ["c", "d"])
+        assert forwarded["calibrate"][2] == {"error_budget": 0.0, "holdout": 0.3, "seed": 0,
+                                             "statistic": "confidence"}
+
+
+def test_recall_n_is_a_deprecated_name_of_limit(path, forwarded):
+    with hopmem.open(path, encoder=_Encoder()) as db:
+        coll = db.collection("c")
+        with pytest.warns(DeprecationWarning, match=r"Collection\.recall\(n=\.\.\.\).*limit="):
+            coll.recall("q", n=2)
+        assert forwarded["recall"] == ("q", 2, {})
+
+
+def test_calibrate_old_keywords_are_deprecated(path, forwarded):
+    with hopmem.open(path, encoder=_Encoder()) as db:
+        coll = db.collection("c")
+        with pytest.warns(DeprecationWarning) as record:
+            coll.calibrate(related_texts=["a", "b"], unrelated_texts=["c", "d"], holdout_fraction=0.5)
+        messages = " ".join(str(w.message) for w in record)
+        for old, new in (("related_texts", "related"), ("unrelated_texts", "unrelated"),
+                         ("holdout_fraction", "holdout")):
+            assert f"Collection.calibrate({old}=...) is deprecated" in messages
+            assert f"use Collection.calibrate({new}=...)" in messages
+        assert forwarded["calibrate"] == (["a", "b"], ["c", "d"], {
+            "error_budget": 0.0, "holdout": 0.5, "seed": 0, "statistic": "confidence"})
+        with pytest.raises(TypeError, match="holdout"):
+            coll.calibrate(["a", "b"], ["c", "d"], holdout=0.2, holdout_fraction=0.5)
+
+
+def test_calibrate_error_budget_by_position_is_deprecated(path, forwarded):
+    with hopmem.open(path, encoder=_Encoder()) as db:
+        coll = db.collection("c")
+        with pytest.warns(DeprecationWarning, match="by position"):
+            coll.calibrate(["a", "b"], ["c", "d"], 0.25)
+        assert forwarded["calibrate"][2]["error_budget"] == 0.25
+        with pytest.raises(TypeError, match="error_budget"):
+            coll.calibrate(["a", "b"], ["c", "d"], 0.25, error_budget=0.1)
+
+
+def test_encoder_info_dim_and_its_deprecated_names(path):
+    with hopmem.open(path, encoder=_Encoder()) as db:
+        assert db.encoder == hopmem.store.EncoderInfo("fake-8", 8, "f8")
+        assert db.encoder.dim == db.dim == 8
+        with pytest.warns(DeprecationWarning, match=r"EncoderInfo\.dimension.*EncoderInfo\.dim"):
+            assert db.encoder.dimension == 8
+        assert db.encoder.to_dict() == {"name": "fake-8", "dimension": 8, "fingerprint": "f8"}
+    old = _Encoder(new_protocol=False)
+    assert not hasattr(old, "dim")
+    with pytest.warns(DeprecationWarning, match="'dimension' and no 'dim'"):
+        db = hopmem.open(path, encoder=old)
+    with db:
+        assert db.encoder.dim == 8

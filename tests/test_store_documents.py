@@ -63,7 +63,7 @@ def test_query_finds_each_document_by_its_own_vector(db, mode):
     X = clustered(60, seed=3)
     coll.write(X, metadata=list(range(60)))
     for i in (0, 17, 59):
-        hits = coll.documents.query(X[i], n=3, mode=mode)
+        hits = coll.resolve(X[i], limit=3, mode=mode)
         assert hits[0].id == i + 1 and hits[0].metadata == i
         assert hits[0].similarity == pytest.approx(1.0, abs=1e-6)
         sims = [h.similarity for h in hits]
@@ -76,7 +76,7 @@ def test_exact_similarities_are_cosines(db):
     X = clustered(25, seed=4)
     coll.write(X, metadata=[None] * 25)
     q = clustered(1, seed=8)[0]
-    hits = coll.documents.query(q, n=25, mode="exact")
+    hits = coll.resolve(q, limit=25, mode="exact")
     cos = np.array([unit(x) @ unit(q) for x in X])
     order = np.argsort(-cos, kind="stable")
     assert [h.id for h in hits] == (order + 1).tolist()
@@ -88,8 +88,8 @@ def test_indexed_results_are_a_subset_of_exact(db):
     X = clustered(80, seed=5, centres=10)
     coll.write(X, metadata=list(range(80)))
     q = X[10] + 0.05
-    exact = {h.id: h.similarity for h in coll.documents.query(q, n=80, mode="exact")}
-    indexed = coll.documents.query(q, n=80, mode="indexed")
+    exact = {h.id: h.similarity for h in coll.resolve(q, limit=80, mode="exact")}
+    indexed = coll.resolve(q, limit=80, mode="indexed")
     assert 0 < len(indexed) < 80  # k=3 activates only part of the memory
     for h in indexed:
         assert h.similarity == pytest.approx(exact[h.id], abs=1e-6)
@@ -99,7 +99,7 @@ def test_delete_removes_from_get_list_and_both_query_modes(db, tmp_path):
     coll = db.collection("c")
     X = clustered(20, seed=6)
     coll.write(X, metadata=[f"d{i}" for i in range(20)])
-    coll.documents.query(X[0], n=1)  # load the in-memory indexes before deleting
+    coll.resolve(X[0], limit=1, mode="indexed")  # load the in-memory indexes before deleting
     state = coll.snapshot()
     assert coll.documents.delete(5) is True
     assert coll.documents.delete(5) is False  # idempotent
@@ -108,7 +108,7 @@ def test_delete_removes_from_get_list_and_both_query_modes(db, tmp_path):
         coll.documents.get(5)
     assert 5 not in [d.id for d in coll.documents.list(0, 100)]
     for mode in ("indexed", "exact"):
-        hits = coll.documents.query(X[4], n=20, mode=mode)
+        hits = coll.resolve(X[4], limit=20, mode=mode)
         assert 5 not in [h.id for h in hits]
         assert len(hits) == (19 if mode == "exact" else len(hits))
     assert coll.documents.count() == 19 and coll.stats().documents == 19
@@ -120,7 +120,7 @@ def test_delete_removes_from_get_list_and_both_query_modes(db, tmp_path):
         c2 = db2.collection("c")
         assert 5 not in c2.documents
         for mode in ("indexed", "exact"):
-            assert 5 not in [h.id for h in c2.documents.query(X[4], n=20, mode=mode)]
+            assert 5 not in [h.id for h in c2.resolve(X[4], limit=20, mode=mode)]
         assert c2.write(X[:1], metadata=["new"]).ids == [21]
 
 
@@ -130,7 +130,7 @@ def test_delete_before_the_indexes_are_loaded(db):
     coll.write(X, metadata=list(range(10)))
     assert coll.documents.delete(3)
     for mode in ("indexed", "exact"):
-        assert 3 not in [h.id for h in coll.documents.query(X[2], n=10, mode=mode)]
+        assert 3 not in [h.id for h in coll.resolve(X[2], limit=10, mode=mode)]
 
 
 def test_document_on_a_freshly_spawned_location_is_found_indexed(tmp_path):
@@ -146,11 +146,11 @@ def test_document_on_a_freshly_spawned_location_is_found_indexed(tmp_path):
         res = coll.write(novel, metadata={"novel": True})
         created = set(res.created[0].tolist())
         assert created and not created & before
-        hits = coll.documents.query(novel, n=1, mode="indexed")
+        hits = coll.resolve(novel, limit=1, mode="indexed")
         assert hits and hits[0].id == res.ids[0] and hits[0].metadata == {"novel": True}
         # Also when the indexes were already loaded before the write.
         res2 = coll.write(-novel, metadata="opposite")
-        assert coll.documents.query(-novel, n=1, mode="indexed")[0].id == res2.ids[0]
+        assert coll.resolve(-novel, limit=1, mode="indexed")[0].id == res2.ids[0]
 
 
 def test_postings_follow_merges_in_writes_and_compress(tmp_path):
@@ -164,14 +164,14 @@ def test_postings_follow_merges_in_writes_and_compress(tmp_path):
             merges += len(res.merges)
         assert merges > 0
         coll.compress(4)
-        found = [coll.documents.query(x, n=1, mode="indexed") for x in X]
+        found = [coll.resolve(x, limit=1, mode="indexed") for x in X]
         assert all(f and f[0].metadata == i for i, f in enumerate(found))
         live = set(coll.ids.tolist())
         locations = coll._posting_index.locations()
         assert set(locations.tolist()) <= live  # every posting names a live location
     with hopmem.open(path) as db:
         coll = db.collection("c")
-        again = [coll.documents.query(x, n=1, mode="indexed") for x in X]
+        again = [coll.resolve(x, limit=1, mode="indexed") for x in X]
         assert [f[0].id for f in again] == [f[0].id for f in found]
         assert set(coll._posting_index.locations().tolist()) <= set(coll.ids.tolist())
 
@@ -181,26 +181,26 @@ def test_resolve_a_reconstruction(db):
     X = clustered(50, seed=10, centres=5, noise=0.05)
     coll.write(X, metadata=[{"i": i} for i in range(50)])
     recon = coll.read(X[3] + 0.1)
-    hits = coll.resolve(recon, n=5)
+    hits = coll.resolve(recon, limit=5)
     assert len(hits) == 5
     cos = [float(unit(X[h.id - 1]) @ unit(recon)) for h in hits]
     assert np.allclose([h.similarity for h in hits], cos, atol=1e-5)
-    assert coll.resolve(recon, n=5, mode="indexed")[0].similarity <= hits[0].similarity + 1e-6
+    assert coll.resolve(recon, limit=5, mode="indexed")[0].similarity <= hits[0].similarity + 1e-6
 
 
 def test_query_validation_and_empty_cases(db):
     coll = db.collection("c")
-    assert coll.documents.query(np.ones(16), n=3) == []
-    assert coll.documents.query(np.ones(16), n=3, mode="exact") == []
+    assert coll.resolve(np.ones(16), limit=3, mode="indexed") == []
+    assert coll.resolve(np.ones(16), limit=3, mode="exact") == []
     coll.write(np.ones((2, 16)))  # no metadata: no documents
-    assert coll.documents.query(np.ones(16), n=3, mode="exact") == []
-    assert coll.documents.query(np.ones(16), n=3, mode="indexed") == []
+    assert coll.resolve(np.ones(16), limit=3, mode="exact") == []
+    assert coll.resolve(np.ones(16), limit=3, mode="indexed") == []
     with pytest.raises(InvalidInput, match="mode"):
-        coll.documents.query(np.ones(16), mode="fuzzy")
+        coll.resolve(np.ones(16), mode="fuzzy")
     with pytest.raises(InvalidInput, match="n:"):
-        coll.documents.query(np.ones(16), n=0)
+        coll.resolve(np.ones(16), limit=0, mode="indexed")
     with pytest.raises(hopmem.DimensionMismatch):
-        coll.documents.query(np.ones(5))
+        coll.resolve(np.ones(5), mode="indexed")
 
 
 def test_vector_index_compacts_and_keeps_order():
@@ -318,3 +318,38 @@ def test_posting_index_reads_and_adds_from_threads():
         reader.join()
     assert not errors, errors
     assert index.documents(np.array([3])).tolist() == list(range(3, 20_000, 8))
+
+
+# -- deprecated names: they still work, with a DeprecationWarning ----------------------------------
+
+def test_documents_query_is_a_deprecated_alias_of_resolve(db):
+    coll = db.collection("c")
+    X = clustered(20)
+    coll.write(X, metadata=list(range(20)))
+    with pytest.warns(DeprecationWarning, match=r"documents\.query is deprecated.*Collection\.resolve"):
+        hits = coll.documents.query(X[3], 2)
+    assert hits == coll.resolve(X[3], 2, mode="exact")  # the same default mode as resolve
+    with pytest.warns(DeprecationWarning, match="documents.query"):
+        assert coll.documents.query(X[3], 2, mode="indexed") == coll.resolve(X[3], 2, mode="indexed")
+
+
+def test_documents_query_n_is_a_deprecated_name_of_limit(db):
+    coll = db.collection("c")
+    X = clustered(20)
+    coll.write(X, metadata=list(range(20)))
+    with pytest.warns(DeprecationWarning, match=r"use Collection\.resolve \(limit= instead of n=\)"):
+        assert len(coll.documents.query(X[0], n=3)) == 3
+    with pytest.raises(TypeError, match="limit"):
+        coll.documents.query(X[0], 4, n=3)
+
+
+def test_resolve_n_is_a_deprecated_name_of_limit(db):
+    coll = db.collection("c")
+    X = clustered(20)
+    coll.write(X, metadata=list(range(20)))
+    with pytest.warns(DeprecationWarning, match=r"Collection\.resolve\(n=\.\.\.\) is deprecated.*limit="):
+        assert coll.resolve(X[0], n=3) == coll.resolve(X[0], limit=3)
+    with pytest.raises(TypeError, match="limit"):
+        coll.resolve(X[0], limit=4, n=3)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        coll.resolve(X[0], count=3)

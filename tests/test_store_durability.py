@@ -22,7 +22,6 @@ from crash_support import run_and_kill
 
 import hopmem
 from hopmem import Memory, StoreError
-from hopmem.store import _engine
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WRITER = os.path.join(ROOT, "tests", "fixtures", "store_crash_writer.py")
@@ -117,7 +116,7 @@ def test_failed_commit_restores_memory_and_disk(tmp_path, with_metadata):
         coll = db.collection("c")
         coll.write(_data(20), metadata=[{"i": i} for i in range(20)])
         before = coll.snapshot()
-        undo = _commit_fails(db._conn)
+        undo = _commit_fails(db._file._writer)
         try:
             with pytest.raises(StoreError, match="not committed.*restored from disk"):
                 coll.write(_data(5, seed=1), metadata=["x"] * 5 if with_metadata else None)
@@ -146,16 +145,16 @@ def test_failed_statement_in_a_metadata_batch_is_atomic(tmp_path):
         coll = db.collection("c")
         coll.write(_data(4))
         before = coll.snapshot()
-        db._conn.execute(
+        db._file._writer.execute(
             "CREATE TEMP TRIGGER fail_docs BEFORE INSERT ON main.documents "
             "WHEN NEW.doc_id = 3 BEGIN SELECT RAISE(ABORT, 'injected failure'); END")
         with pytest.raises(StoreError, match="injected failure"):
             coll.write(_data(5, seed=1), metadata=list(range(5)))
-        db._conn.execute("DROP TRIGGER fail_docs")
+        db._file._writer.execute("DROP TRIGGER fail_docs")
         assert coll.snapshot() == before
         assert coll.documents.count() == 0
         assert coll.documents.list() == []
-        assert db._reader().execute("SELECT count(*) FROM journal").fetchone()[0] == 1
+        assert db._file.reader().execute("SELECT count(*) FROM journal").fetchone()[0] == 1
         assert coll.write(_data(2, seed=3), metadata=[1, 2]).ids == [1, 2]
 
 
@@ -165,7 +164,7 @@ def test_failed_compress_commit_restores_memory(tmp_path):
         coll = db.collection("c")
         coll.write(_data(30))
         before = coll.snapshot()
-        undo = _commit_fails(db._conn)
+        undo = _commit_fails(db._file._writer)
         try:
             with pytest.raises(StoreError, match="compress.*not committed"):
                 coll.compress(5)
@@ -185,7 +184,7 @@ def test_engine_failure_midway_restores_from_disk(tmp_path, monkeypatch):
         coll = db.collection("c")
         coll.write(_data(10))
         before = coll.snapshot()
-        real = _engine.apply_write
+        real = Memory.write_exclusive
         calls = []
 
         def half_then_fail(memory, X):
@@ -195,10 +194,10 @@ def test_engine_failure_midway_restores_from_disk(tmp_path, monkeypatch):
             real(memory, X[: len(X) // 2])  # mutates the state, then fails
             raise RuntimeError("engine failed midway")
 
-        monkeypatch.setattr(_engine, "apply_write", half_then_fail)
+        monkeypatch.setattr(Memory, "write_exclusive", half_then_fail)
         with pytest.raises(RuntimeError, match="midway"):
             coll.write(_data(6, seed=1))
-        monkeypatch.setattr(_engine, "apply_write", real)
+        monkeypatch.setattr(Memory, "write_exclusive", real)
         assert coll.snapshot() == before
         assert coll.seq == 1
 

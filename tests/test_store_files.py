@@ -29,7 +29,7 @@ FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 @dataclass
 class FakeEncoder:
     name: str = "hashing-8"
-    dimension: int = 8
+    dim: int = 8
     fingerprint: str | None = "aaaa1111"
 
 
@@ -383,7 +383,7 @@ def test_migration_from_schema_version_1(tmp_path):
 
     with hopmem.open(path) as db:
         assert db.schema_version == SCHEMA_VERSION
-        versions = db._reader().execute("SELECT version FROM migrations ORDER BY version").fetchall()
+        versions = db._file.reader().execute("SELECT version FROM migrations ORDER BY version").fetchall()
         assert [v for (v,) in versions] == list(range(1, SCHEMA_VERSION + 1))
         coll = db.get_collection("old")
         # The state equals a fresh memory fed the fixture's plan.
@@ -399,11 +399,11 @@ def test_migration_from_schema_version_1(tmp_path):
         assert coll.snapshot() == expected.snapshot()
         assert [d.metadata for d in coll.documents] == meta
         # Posting lists moved into the documents, intact.
-        moved = sorted((d, int(loc)) for d, blob in db._reader().execute(
+        moved = sorted((d, int(loc)) for d, blob in db._file.reader().execute(
             "SELECT doc_id, locations FROM documents") for loc in np.frombuffer(blob, "<i8"))
         assert moved == old_postings
         for doc in coll.documents.list(0, 100, vectors=True):
-            assert coll.documents.query(doc.vector, n=1, mode="indexed")[0].id == doc.id
+            assert coll.resolve(doc.vector, limit=1, mode="indexed")[0].id == doc.id
         # New features work on the migrated file.
         coll.gate = {"tau": 0.5}
         res = coll.write(gen.vectors(99, 2), metadata=["x", "y"])

@@ -54,7 +54,7 @@ def test_export_import_round_trip(tmp_path):
             db.import_collection(out, "copy")
         for d in docs[:5]:
             vec = renamed.documents.get(d[0]).vector
-            assert renamed.documents.query(vec, n=1, mode="indexed")[0].id == d[0]
+            assert renamed.resolve(vec, limit=1, mode="indexed")[0].id == d[0]
     with hopmem.open(dst) as db:
         assert db.get_collection("copy").snapshot() == state
 
@@ -63,7 +63,7 @@ def test_import_checks_dimension_and_encoder(tmp_path):
     out = str(tmp_path / "c.zip")
 
     class Enc:
-        name, dimension, fingerprint = "e", 8, "fp1"
+        name, dim, fingerprint = "e", 8, "fp1"
 
     with hopmem.open(str(tmp_path / "a.hopmem"), encoder=Enc()) as db:
         fill(db.collection("c"), 2)
@@ -76,7 +76,7 @@ def test_import_checks_dimension_and_encoder(tmp_path):
         assert db.collections() == []
 
     class Other:
-        name, dimension, fingerprint = "other", 8, "fp2"
+        name, dim, fingerprint = "other", 8, "fp2"
 
     with hopmem.open(str(tmp_path / "c.hopmem"), encoder=Other()) as db:
         with pytest.raises(IncompatibleStore, match="fingerprint fp1"):

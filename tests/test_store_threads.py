@@ -49,7 +49,7 @@ def test_readers_run_while_one_thread_writes(tmp_path):
                     coll.read(q)
                     trace = coll.analyze(q, "fast")
                     assert len(trace.activated) > 0
-                    hits = coll.documents.query(q, n=5, mode="indexed" if seed % 2 else "exact")
+                    hits = coll.resolve(q, limit=5, mode="indexed" if seed % 2 else "exact")
                     for h in hits:
                         assert isinstance(h.metadata, int)
                     page = coll.documents.list(0, 20)

@@ -7,19 +7,25 @@ they return, plus the documents written with metadata and their index.
 
 Modules
 -------
+Each module imports only those listed before it:
+
+names, schema, _sqlite
+    Name validation; the file layout, its version and the ordered
+    migrations; SQLite connections, error mapping and the lock file.
+journal
+    Journal entries, checkpoints, and the verified deterministic replay.
+dbfile
+    The open file (internal): connections, transactions, recorded settings,
+    :class:`EncoderInfo`.
+documents
+    :class:`Document`, :class:`DocumentHit` and the ``collection.documents`` view.
+portable
+    Export and import of a collection as a portable ZIP file.
+collection
+    :class:`Collection`: the memory API, durable writes, documents, resolution.
 database
     :class:`Database` and :func:`open`; the design notes (journal and
     checkpoints, durability, locking, threads).
-collection
-    :class:`Collection`: the memory API, durable writes, documents, resolution.
-documents
-    :class:`Document`, :class:`DocumentHit` and the ``collection.documents`` view.
-journal
-    Journal entries, checkpoints, and the verified deterministic replay.
-schema
-    The file layout, its version and the ordered migrations.
-portable
-    Export and import of a collection as a portable ZIP file.
 datadir
     :class:`DataDir`: named databases in one directory.
 
@@ -27,10 +33,10 @@ Measured
 --------
 ``benchmarks/store_bench.py`` on 2 shared CPUs (load ~1, the kernel on its
 default 2 threads), default config, clustered data, the collection pre-filled
-with 2,000 vectors; run 51, with the ranges of runs 40-52 in
-``docs/store.md``::
+with 2,000 vectors: one run, and the range over repeated runs (details in
+``docs/store.md``)::
 
-    measure                                   wall (run 51)   runs 40-52
+    measure                                   wall (one run)  range
     single durable write, d=384 (826 loc.)    0.236 ms        0.15-0.26 ms
     batch of 100, d=384 (1,481 loc.)          30.4k vec/s     22.3-42.7k vec/s
       ... with metadata (2,131 loc.)          18.9k vec/s     15.5-23.9k vec/s
@@ -53,7 +59,8 @@ from __future__ import annotations
 
 from ..errors import StoreLocked
 from .collection import Collection, CollectionStats, StoredWriteResult
-from .database import Database, EncoderInfo, open
+from .database import Database, open
+from .dbfile import EncoderInfo
 from .datadir import DataDir
 from .documents import Document, DocumentHit, Documents
 from .schema import SCHEMA_VERSION

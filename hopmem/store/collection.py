@@ -8,17 +8,21 @@ all or nothing. See :mod:`hopmem.store.database` for the design.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import logging
+import os
+import sqlite3
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Iterator, Protocol
 
 import numpy as np
 
+from .._deprecation import positional_to_keywords, rename_keywords
 from ..config import MemoryConfig
 from ..errors import InvalidInput, NotFound, StoreError
 from ..memory import (
@@ -41,17 +45,17 @@ from ..resolution import (
     resolve_exact,
     resolve_indexed,
 )
+from ..recall import RecallGate, RecallResult
+from ..text import TextCollection
 from .._kernel import posting_lists
 from .._state import Snapshot
-from . import _engine, journal
+from . import journal, portable
 from ._sqlite import map_errors
+from .dbfile import DatabaseFile, EncoderInfo
 from .documents import Document, DocumentHit, Documents
 from .schema import KIND_COMPRESS, KIND_WRITE
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .database import Database
-
-__all__ = ["Collection", "StoredWriteResult", "CollectionStats"]
+__all__ = ["Collection", "StoredWriteResult", "CollectionStats", "DatabaseView"]
 
 logger = logging.getLogger("hopmem.store")
 
@@ -129,6 +133,31 @@ def _opaque_json(value: Any, what: str) -> str | None:
         raise InvalidInput(f"{what}: expected a JSON-serialisable dict ({exc})") from None
 
 
+class DatabaseView(Protocol):
+    """The database a collection belongs to, as :attr:`Collection.database` shows it.
+
+    :class:`hopmem.store.Database` is one; the protocol lets this module type
+    it without importing the module that builds on this one.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def dim(self) -> int: ...
+
+    @property
+    def readonly(self) -> bool: ...
+
+    @property
+    def encoder(self) -> EncoderInfo | None: ...
+
+    def collections(self) -> list[str]: ...
+
+
 class Collection:
     """One named memory in a database, durable, with documents.
 
@@ -139,12 +168,17 @@ class Collection:
 
     **A write without metadata creates no document**: it shapes the memory,
     but no query or resolution can return it.
+
+    Unlike a :class:`~hopmem.memory.Memory` a collection has no ``restore``:
+    its state is its journal. Write vectors, or import an exported collection
+    (:meth:`Database.import_collection`), instead.
     """
 
-    def __init__(self, db: "Database", cid: int, name: str, config: MemoryConfig,
-                 rebuilt: journal.Rebuilt, next_doc_id: int, doc_count: int,
+    def __init__(self, database: DatabaseView, file: DatabaseFile, cid: int, name: str,
+                 config: MemoryConfig, rebuilt: journal.Rebuilt, next_doc_id: int, doc_count: int,
                  centering: Any, gate: Any) -> None:
-        self._db = db
+        self._db = database
+        self._file = file
         self._cid = cid
         self._name = name
         self._config = config
@@ -165,18 +199,8 @@ class Collection:
         self._dropped = False
         self._closed = False
         self._broken: str | None = None
-        self.documents = Documents(self)
-
-    @classmethod
-    def _create(cls, db: "Database", name: str, config: MemoryConfig) -> "Collection":
-        with db._transaction(f"create collection {name!r}") as conn:
-            cid = conn.execute(
-                "INSERT INTO collections (name, config, next_doc_id, created_at) "
-                "VALUES (?, ?, 1, ?)", (name, json.dumps(config.to_dict()), time.time())).lastrowid
-            assert cid is not None  # an executed INSERT sets it
-        rebuilt = journal.Rebuilt(Memory.from_config(config), 0, 0, 0, 0, 0.0)
-        logger.info("database %s: created collection %r", db.path, name)
-        return cls(db, int(cid), name, config, rebuilt, 1, 0, None, None)
+        self._text_view: TextCollection | None = None
+        self.documents = Documents(_DocumentAccess(self))
 
     # -- identity ---------------------------------------------------------------------------------
 
@@ -185,7 +209,7 @@ class Collection:
         return self._name
 
     @property
-    def database(self) -> "Database":
+    def database(self) -> DatabaseView:
         return self._db
 
     @property
@@ -210,7 +234,7 @@ class Collection:
                 f"locations={len(self._memory)}, documents={self._doc_count})")
 
     def _where(self) -> str:
-        return f"collection {self._name!r} of {self._db.path}"
+        return f"collection {self._name!r} of {self._file.path}"
 
     def _check_usable(self) -> Memory:
         if self._dropped:
@@ -223,7 +247,7 @@ class Collection:
 
     def _check_writable(self, what: str) -> Memory:
         memory = self._check_usable()
-        if self._db.readonly:
+        if self._file.readonly:
             raise StoreError(f"{self._where()}: the database is open read-only, cannot {what}")
         return memory
 
@@ -253,20 +277,11 @@ class Collection:
     def stats(self) -> CollectionStats:
         """The memory's statistics plus ``documents`` (live documents)."""
         base = self._check_usable().stats()
-        return CollectionStats(**base.to_dict(), documents=self._doc_count)
+        return CollectionStats(**base.fields(), documents=self._doc_count)
 
     def snapshot(self) -> Snapshot:
         """The memory's exact state (a copy)."""
         return self._check_usable().snapshot()
-
-    def restore(self, snapshot: Snapshot) -> None:
-        """Not supported: a collection's state is defined by its journal.
-
-        Write vectors, or :meth:`Database.import_collection`, instead.
-        """
-        raise StoreError(
-            f"{self._where()}: restore() is not supported on a durable collection (its state is "
-            f"its journal); import a collection or write vectors instead")
 
     @property
     def ids(self) -> np.ndarray:
@@ -334,18 +349,18 @@ class Collection:
             first_id = self._next_doc_id
             # The database's transaction slot first, then the memory's write lock: readers
             # of this collection never wait for another collection's commit or checkpoint.
-            with self._db._sql_lock:
-                with _engine.write_lock(memory):
+            with self._file.sql_lock:
+                with memory.exclusive():
                     t0 = time.perf_counter()
                     try:
-                        result = _engine.apply_write(memory, X)
+                        result = memory.write_exclusive(X)
                     except BaseException:
                         self._recover_locked(seq)
                         raise
                     engine_s = time.perf_counter() - t0
-                    after = _engine.scalars(memory)
+                    after = memory.scalars()
                     try:
-                        with self._db._transaction(f"write to {self._where()}") as conn:
+                        with self._file.transaction(f"write to {self._where()}") as conn:
                             jid = conn.execute(_INSERT_WRITE, (
                                 self._cid, seq, KIND_WRITE, n, blob, after[0], after[1], after[2],
                                 after[3], journal.to_signed64(after[4]), crc, now)).lastrowid
@@ -376,8 +391,8 @@ class Collection:
         return StoredWriteResult(result.count, result.touched, result.created, result.merges,
                                  ids=ids, seq=seq)
 
-    def _insert_documents(self, conn, jid: int, first_id: int, metas: list[str], now: float,
-                          postings: list[bytes]) -> None:
+    def _insert_documents(self, conn: sqlite3.Connection, jid: int, first_id: int, metas: list[str],
+                          now: float, postings: list[bytes]) -> None:
         """Insert the batch's documents; ``postings[i]``: document i's posting list as stored
         (little-endian int64 location ids)."""
         cid = self._cid
@@ -389,7 +404,7 @@ class Collection:
         conn.execute("UPDATE collections SET next_doc_id = ? WHERE cid = ?",
                      (first_id + len(metas), cid))
 
-    def _log_merges(self, conn, seq: int, merges: list[tuple[int, int]]) -> None:
+    def _log_merges(self, conn: sqlite3.Connection, seq: int, merges: list[tuple[int, int]]) -> None:
         """Record the entry's merges: postings written earlier resolve to the survivors."""
         if merges:
             conn.execute("INSERT INTO merges (cid, seq, pairs) VALUES (?, ?, ?)",
@@ -409,17 +424,17 @@ class Collection:
     def _recover_locked(self, seq: int) -> bool:
         """Rebuild the memory from disk in place; True if entry ``seq`` is on disk.
 
-        The caller holds ``_wlock`` and the memory's write lock (fast path).
+        The caller holds ``_wlock`` and the memory's :meth:`~hopmem.memory.Memory.exclusive` lock.
         """
         where = self._where()
         try:
-            with self._db._read_transaction(where) as conn:
+            with self._file.read_transaction(where) as conn:
                 rebuilt = journal.rebuild(conn, self._cid, self._config, where)
                 row = conn.execute("SELECT next_doc_id FROM collections WHERE cid = ?",
                                    (self._cid,)).fetchone()
                 doc_count = conn.execute("SELECT count(*) FROM documents WHERE cid = ?",
                                          (self._cid,)).fetchone()[0]
-            _engine.restore_locked(self._memory, rebuilt.memory.snapshot())
+            self._memory.restore_exclusive(rebuilt.memory.snapshot())
         except Exception as exc:
             self._broken = (f"{where}: unusable: the in-memory state could not be restored from "
                             f"disk after a failed commit ({exc}); close and reopen the database")
@@ -443,13 +458,13 @@ class Collection:
         with self._wlock:
             memory = self._check_writable("compress")
             seq = self._seq + 1
-            with self._db._sql_lock:  # as in write(): the slot before the memory's lock
+            with self._file.sql_lock:  # as in write(): the slot before the memory's lock
                 t0 = time.perf_counter()
-                result = _engine.apply_compress(memory, max_locations)  # validates; locks itself
+                result = memory.compress(max_locations)  # validates; locks itself
                 engine_s = time.perf_counter() - t0
-                after = _engine.scalars(memory)
+                after = memory.scalars()
                 try:
-                    with self._db._transaction(f"compress {self._where()}") as conn:
+                    with self._file.transaction(f"compress {self._where()}") as conn:
                         conn.execute(
                             "INSERT INTO journal (cid, seq, kind, n, vectors, arg, writes_after, "
                             "next_id_after, size_after, eta_after, rng_after, crc, created_at) "
@@ -460,7 +475,7 @@ class Collection:
                              time.time()))
                         self._log_merges(conn, seq, result.merges)
                 except BaseException as exc:
-                    with _engine.write_lock(memory):
+                    with memory.exclusive():
                         committed = self._recover_locked(seq)
                     raise self._commit_error("compress", exc, committed) from exc
             self._seq = seq
@@ -481,7 +496,7 @@ class Collection:
     def _checkpoint(self) -> None:
         snap = self._memory.snapshot()
         t0 = time.perf_counter()
-        with self._db._transaction(f"checkpoint {self._where()}") as conn:
+        with self._file.transaction(f"checkpoint {self._where()}") as conn:
             journal.save_checkpoint(conn, self._cid, self._seq, snap, self.dim)
         self._checkpoint_s = time.perf_counter() - t0
         self._replay_s = 0.0
@@ -490,16 +505,16 @@ class Collection:
         logger.debug("%s: checkpoint at entry %d (%d locations) in %.3f s", self._where(),
                      self._seq, snap.ids.shape[0], self._checkpoint_s)
 
-    def _maybe_checkpoint(self, *, after_open: bool = False, closing: bool = False) -> None:
+    def _maybe_checkpoint(self, *, closing: bool = False) -> None:
         """Checkpoint if a reopen would otherwise replay too much (see the database docs)."""
-        if self._dropped or self._broken is not None or self._db.readonly:
+        if self._dropped or self._broken is not None or self._file.readonly:
             return
-        every = self._db._checkpoint_every
+        every = self._file.checkpoint_every
         if every is not None:
             due = self._vectors_since >= every or (closing and self._vectors_since > 0)
         else:
             replay = self._replay_s + self._bytes_since / _READ_BW
-            budget = self._db._replay_budget
+            budget = self._file.replay_budget
             if closing:
                 due = replay >= 0.02
             elif budget is not None:
@@ -542,7 +557,7 @@ class Collection:
         text = _opaque_json(value, column)
         with self._wlock:
             self._check_writable(f"set {column}")
-            with self._db._transaction(f"set {column} of {self._where()}") as conn:
+            with self._file.transaction(f"set {column} of {self._where()}") as conn:
                 conn.execute(f"UPDATE collections SET {column} = ? WHERE cid = ?",
                              (text, self._cid))
             setattr(self, f"_{column}", None if text is None else json.loads(text))
@@ -553,7 +568,7 @@ class Collection:
         self._check_usable()
         return self._doc_count
 
-    def _read_vector(self, conn, jid: int, pos: int) -> np.ndarray:
+    def _read_vector(self, conn: sqlite3.Connection, jid: int, pos: int) -> np.ndarray:
         size = 4 * self.dim
         with conn.blobopen("journal", "vectors", jid, readonly=True) as blob:
             blob.seek(pos * size)
@@ -565,7 +580,7 @@ class Collection:
     def _doc_get(self, doc_id: int, with_vector: bool) -> Document:
         self._check_usable()
         with map_errors(self._where()):
-            conn = self._db._reader()
+            conn = self._file.reader()
             row = conn.execute(
                 "SELECT jid, pos, metadata, created_at FROM documents WHERE cid = ? AND doc_id = ?",
                 (self._cid, doc_id)).fetchone()
@@ -578,7 +593,7 @@ class Collection:
     def _doc_list(self, offset: int, limit: int, vectors: bool) -> list[Document]:
         self._check_usable()
         with map_errors(self._where()):
-            conn = self._db._reader()
+            conn = self._file.reader()
             rows = conn.execute(
                 "SELECT doc_id, jid, pos, metadata, created_at FROM documents WHERE cid = ? "
                 "ORDER BY doc_id LIMIT ? OFFSET ?", (self._cid, limit, offset)).fetchall()
@@ -589,7 +604,7 @@ class Collection:
     def _doc_delete(self, doc_id: int) -> bool:
         with self._wlock:
             self._check_writable("delete documents")
-            with self._db._transaction(f"delete document {doc_id} of {self._where()}") as conn:
+            with self._file.transaction(f"delete document {doc_id} of {self._where()}") as conn:
                 deleted = conn.execute("DELETE FROM documents WHERE cid = ? AND doc_id = ?",
                                        (self._cid, doc_id)).rowcount
             if deleted:
@@ -625,7 +640,7 @@ class Collection:
         """The documents' unit vectors and the location -> documents index, from disk."""
         where = self._where()
         dim = self.dim
-        with self._db._read_transaction(where) as conn:
+        with self._file.read_transaction(where) as conn:
             rows = conn.execute(
                 "SELECT doc_id, jid, pos, locations FROM documents WHERE cid = ? ORDER BY doc_id",
                 (self._cid,)).fetchall()
@@ -665,28 +680,32 @@ class Collection:
             return []
         with map_errors(self._where()):
             marks = ",".join("?" * ids.size)
-            meta = dict(self._db._reader().execute(
+            meta = dict(self._file.reader().execute(
                 f"SELECT doc_id, metadata FROM documents WHERE cid = ? AND doc_id IN ({marks})",
                 (self._cid, *ids.tolist())).fetchall())
         return [DocumentHit(int(i), float(s), json.loads(meta[i]))
                 for i, s in zip(ids.tolist(), sims.tolist()) if i in meta]
 
-    def resolve(self, vector: Any, n: int = 10, mode: ResolveMode = "exact") -> list[DocumentHit]:
-        """Documents for a vector, usually a reconstruction (``read``'s result).
+    def resolve(self, vector: Any, limit: int = 10, mode: ResolveMode = "exact",
+                **deprecated: Any) -> list[DocumentHit]:
+        """The ``limit`` documents most similar (cosine) to ``vector``, best first.
 
-        Same as ``documents.query`` with exact mode by default: the ``n``
-        documents whose stored vectors are most similar (cosine) to ``vector``.
+        ``vector`` is usually a reconstruction (``read``'s result) or a query.
+        ``mode="exact"`` scores every document; ``"indexed"`` only those posted
+        on the locations the vector activates (cheaper; can miss far
+        documents). ``n=`` is a deprecated name of ``limit``.
         """
-        return self._doc_query(vector, n, mode)
+        limit = _renamed("Collection.resolve", deprecated, {"n": "limit"},
+                         {"limit": (limit, 10)})["limit"]
+        return self._doc_query(vector, limit, mode)
 
     # -- text (hopmem.text): remember, recall, calibrate with the database's encoder ----------------
 
-    def _text(self) -> Any:
+    def _text(self) -> TextCollection:
         """This collection as a :class:`hopmem.text.TextCollection` over the database's encoder."""
-        view = getattr(self, "_text_view", None)
+        view = self._text_view
         if view is None:
-            from ..text import TextCollection
-            encoder = getattr(self._db, "encoder_object", None)
+            encoder = self._file.encoder_object
             if encoder is None:
                 raise InvalidInput(
                     f"{self._where()}: remember, recall and calibrate need the database opened "
@@ -701,24 +720,134 @@ class Collection:
         """
         return self._text().remember(texts, metadata)
 
-    def recall(self, text: str, n: int = 5, **options: Any) -> Any:
+    def recall(self, text: str, limit: int = 5, **options: Any) -> RecallResult:
         """A :class:`hopmem.recall.RecallResult` for ``text``; abstention is a value.
 
-        See :meth:`hopmem.text.TextCollection.recall`.
+        At most ``limit`` hits; ``options`` go to
+        :meth:`hopmem.text.TextCollection.recall`. ``n=`` is a deprecated name
+        of ``limit``.
         """
-        return self._text().recall(text, n, **options)
+        options = dict(options)
+        renamed = _renamed("Collection.recall", {k: options.pop(k) for k in ("n",) if k in options},
+                           {"n": "limit"}, {"limit": (limit, 5)})
+        return self._text().recall(text, renamed["limit"], **options)
 
-    def calibrate(self, related_texts: Any, unrelated_texts: Any, error_budget: float = 0.0,
-                  **options: Any) -> Any:
+    def calibrate(self, related: Sequence[str] | None = None, unrelated: Sequence[str] | None = None,
+                  *args: float, error_budget: float = 0.0, holdout: float = 0.3, seed: int = 0,
+                  statistic: str = "confidence", **deprecated: Any) -> RecallGate:
         """Calibrate and store (in :attr:`gate`) the gate later recalls use.
 
-        See :meth:`hopmem.text.TextCollection.calibrate`.
+        ``related`` are held-out questions this collection should answer,
+        ``unrelated`` questions it should abstain on. See
+        :meth:`hopmem.text.TextCollection.calibrate` for the rule and the other
+        arguments.
+
+        Deprecated: the keywords ``related_texts``, ``unrelated_texts`` and
+        ``holdout_fraction`` (use ``related``, ``unrelated``, ``holdout``), and
+        ``error_budget`` passed by position.
         """
-        return self._text().calibrate(related_texts, unrelated_texts, error_budget, **options)
+        where = "Collection.calibrate"
+        if args:  # error_budget by position, as the old signature allowed
+            error_budget = _only_once(where, "error_budget", args[0],
+                                      error_budget, 0.0)
+            positional_to_keywords(where, args, ("error_budget",), {})  # warns; checks the count
+        got = _renamed(where, deprecated,
+                       {"related_texts": "related", "unrelated_texts": "unrelated",
+                        "holdout_fraction": "holdout"},
+                       {"related": (related, None), "unrelated": (unrelated, None),
+                        "holdout": (holdout, 0.3)})
+        if got["related"] is None or got["unrelated"] is None:
+            raise TypeError(f"{where}() missing required arguments 'related' and 'unrelated'")
+        return self._text().calibrate(got["related"], got["unrelated"], error_budget=error_budget,
+                                      holdout=got["holdout"], seed=seed, statistic=statistic)
 
     # -- portability ---------------------------------------------------------------------------------
 
-    def export(self, path: Any, *, progress: Any = None) -> dict[str, Any]:
-        """Write this collection to a portable file (see :mod:`hopmem.store.portable`)."""
-        from .portable import export_collection
-        return export_collection(self._db, self._name, path, progress=progress)
+    def export(self, path: str | os.PathLike[str], *,
+               progress: Callable[[int], Any] | None = None) -> dict[str, Any]:
+        """Write this collection to a portable file; returns its manifest.
+
+        See :mod:`hopmem.store.portable` for the format.
+        """
+        return portable.write_export(self._file, self._name, path, progress=progress)
+
+    # -- called by the Database that owns this collection (internal) --------------------------------
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold the collection's write lock for a block: writes and deletes wait (internal)."""
+        with self._wlock:
+            yield
+
+    def checkpoint_if_due(self) -> None:
+        """Checkpoint if a reopen would otherwise replay too much (internal: after loading)."""
+        self._maybe_checkpoint()
+
+    def close_for_database(self) -> None:
+        """Checkpoint what a reopen would replay, then refuse further use (internal: on close).
+
+        An in-flight write finishes first; a checkpoint that fails is logged
+        and does not keep the database from closing.
+        """
+        with self._wlock:
+            if not self._file.readonly:
+                try:
+                    self._maybe_checkpoint(closing=True)
+                except Exception:  # a cache that could not be written must not block
+                    logger.exception("%s: checkpoint on close failed", self._where())
+            self._closed = True
+
+    def mark_closed(self) -> None:
+        """Refuse further use: the database is closed (internal)."""
+        self._closed = True
+
+    def mark_dropped(self) -> None:
+        """Refuse further use: the collection was dropped (internal; under :meth:`exclusive`)."""
+        self._dropped = True
+
+
+def _only_once(where: str, name: str, old: Any, new: Any, default: Any) -> Any:
+    """``old`` (given the deprecated way) unless ``new`` was given too, which is a TypeError."""
+    if new != default:
+        raise TypeError(f"{where}() got multiple values for argument {name!r}")
+    return old
+
+
+def _renamed(where: str, deprecated: dict[str, Any], renames: dict[str, str],
+             current: dict[str, tuple[Any, Any]]) -> dict[str, Any]:
+    """The values of ``current`` (name: (value, default)) with deprecated keywords applied.
+
+    A keyword not in ``renames`` is a TypeError, as for any function; a
+    deprecated keyword together with its new name given a non-default value is one too.
+    """
+    unknown = set(deprecated) - set(renames)
+    if unknown:
+        raise TypeError(f"{where}() got an unexpected keyword argument {sorted(unknown)[0]!r}")
+    for old in deprecated:
+        value_now, default = current[renames[old]]
+        _only_once(where, renames[old], None, value_now, default)  # before any warning
+    out = {name: value for name, (value, _) in current.items()}
+    out.update(rename_keywords(where, deprecated, renames, stacklevel=5))
+    return out
+
+
+class _DocumentAccess:
+    """A collection's documents as :class:`~hopmem.store.documents.Documents` reads them."""
+
+    def __init__(self, collection: Collection) -> None:
+        self._collection = collection
+
+    def get(self, doc_id: int, with_vector: bool) -> Document:
+        return self._collection._doc_get(doc_id, with_vector)
+
+    def page(self, offset: int, limit: int, vectors: bool) -> list[Document]:
+        return self._collection._doc_list(offset, limit, vectors)
+
+    def delete(self, doc_id: int) -> bool:
+        return self._collection._doc_delete(doc_id)
+
+    def count(self) -> int:
+        return self._collection._doc_count_value()
+
+    def resolve(self, vector: Any, limit: int, mode: ResolveMode) -> list[DocumentHit]:
+        return self._collection._doc_query(vector, limit, mode)

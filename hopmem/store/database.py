@@ -20,12 +20,12 @@ the checkpoint policy).
 or created) is stored with the document as one blob; merges are logged per
 journal entry; the location -> documents index is built in memory on the
 first document query (CSR arrays) and maintained incrementally. Schema
-version 1 kept one ``postings`` row per (location, document) instead, as the
-issue suggested: at 30,000 documents a batch of 100 documents (2,100
-posting rows) then cost about 30 ms of CPU, 14 us per row, because the rows
-land all over a location-ordered B-tree and each commit dirties pages across
-it (see :mod:`hopmem.store.schema`, migration 2). Deleting
-a document deletes one row; the in-memory index drops it lazily.
+version 1 kept one ``postings`` row per (location, document) instead: at
+30,000 documents a batch of 100 documents (2,100 posting rows) then cost
+about 30 ms of CPU, 14 us per row, because the rows land all over a
+location-ordered B-tree and each commit dirties pages across it (see
+:mod:`hopmem.store.schema`, migration 2). Deleting a document deletes one
+row; the in-memory index drops it lazily.
 
 *Checkpoint policy.* A checkpoint is worth writing when replaying the entries
 since the last one would cost more than the checkpoint does. The store measures
@@ -67,70 +67,26 @@ by the collection, and transactions of the whole database by the database.
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import json
 import logging
 import os
-import sqlite3
 import threading
 import time
-import weakref
-from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from ..config import MemoryConfig
-from ..errors import (
-    AlreadyExists,
-    CorruptStore,
-    IncompatibleStore,
-    InvalidInput,
-    NotFound,
-    StoreError,
-)
-from . import journal, schema
-from ._sqlite import SQLITE_HEADER, LockFile, connect, map_errors
+from ..errors import AlreadyExists, CorruptStore, IncompatibleStore, NotFound
+from ..memory import Memory
+from . import journal, portable
+from ._sqlite import map_errors
+from .collection import Collection
+from .dbfile import SYNCHRONOUS, DatabaseFile, EncoderInfo, describe, try_lock
 from .names import check_collection_name
 
-__all__ = ["Database", "EncoderInfo", "open", "SYNCHRONOUS"]
+__all__ = ["Database", "EncoderInfo", "open", "SYNCHRONOUS", "try_lock"]
 
 logger = logging.getLogger("hopmem.store")
-
-SYNCHRONOUS = ("normal", "full")
-_MAX_READERS = 64
-_PAGE_SIZE = 16384  # for new files; an existing file keeps its own
-
-
-@dataclass(frozen=True)
-class EncoderInfo:
-    """The encoder a database's vectors come from: name, dimension, fingerprint."""
-
-    name: str
-    dimension: int
-    fingerprint: str | None
-
-    @classmethod
-    def of(cls, encoder: Any) -> "EncoderInfo":
-        """Read ``name``, ``dimension`` and ``fingerprint`` from any encoder object."""
-        try:
-            name, dimension = str(encoder.name), int(encoder.dimension)
-            fingerprint = encoder.fingerprint
-        except AttributeError as exc:
-            raise InvalidInput(
-                f"encoder: expected an object with name, dimension and fingerprint "
-                f"attributes, got {type(encoder).__name__} ({exc})") from None
-        return cls(name, dimension, None if fingerprint is None else str(fingerprint))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "dimension": self.dimension, "fingerprint": self.fingerprint}
-
-
-def _iso(t: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
-
-
-def _describe(config: dict[str, Any], keys: list[str]) -> str:
-    return ", ".join(f"{k}={config[k]!r}" for k in keys)
 
 
 class Database:
@@ -146,7 +102,7 @@ class Database:
     dim : int, optional
         Required to create; checked against the file otherwise.
     encoder : object, optional
-        Anything with ``name``, ``dimension`` and ``fingerprint``. Recorded in
+        Anything with ``name``, ``dim`` and ``fingerprint``. Recorded in
         a file that has none; checked against a file that has one.
     synchronous : {"normal", "full"}
         ``"normal"`` survives a killed process; ``"full"`` also a power loss.
@@ -186,288 +142,71 @@ class Database:
         name: str | None = None,
         **config: Any,
     ) -> None:
-        self._closed = True
-        self._lock_file: LockFile | None = None
-        self._conn: sqlite3.Connection | None = None
-        self.path = os.path.abspath(os.fspath(path))
-        self.name = name if name is not None else os.path.splitext(os.path.basename(self.path))[0]
-        self.readonly = bool(readonly)
-        if not isinstance(synchronous, str) or synchronous.lower() not in SYNCHRONOUS:
-            raise InvalidInput(f"synchronous: expected 'normal' or 'full', got {synchronous!r}")
-        self.synchronous = synchronous.lower()
-        if checkpoint_every is not None and (isinstance(checkpoint_every, bool) or
-                                             int(checkpoint_every) != checkpoint_every or
-                                             checkpoint_every < 1):
-            raise InvalidInput(
-                f"checkpoint_every: expected an integer >= 1 or None, got {checkpoint_every!r}")
-        self._checkpoint_every = None if checkpoint_every is None else int(checkpoint_every)
-        if replay_budget is not None and (isinstance(replay_budget, bool) or
-                                          not isinstance(replay_budget, (int, float)) or
-                                          not replay_budget >= 0):
-            raise InvalidInput(
-                f"replay_budget: expected seconds >= 0 or None, got {replay_budget!r}")
-        self._replay_budget = None if replay_budget is None else float(replay_budget)
-        if dim is not None and (isinstance(dim, bool) or int(dim) != dim or dim < 1):
-            raise InvalidInput(f"dim: expected an integer >= 1, got {dim!r}")
-        enc = None if encoder is None else EncoderInfo.of(encoder)
-        # The live encoder, for collection.remember/recall/calibrate (hopmem.text).
-        self.encoder_object = encoder
-        if enc is not None:
-            if dim is None:
-                dim = enc.dimension
-            elif enc.dimension != dim:
-                raise IncompatibleStore(
-                    f"encoder {enc.name!r} produces dimension {enc.dimension}, but dim={dim} "
-                    f"was given")
-
-        self._sql_lock = threading.RLock()      # one transaction at a time on _conn
         self._coll_lock = threading.RLock()     # loading / creating / dropping collections
-        self._collections: dict[str, Any] = {}
-        self._local = threading.local()
-        self._readers: list[tuple[weakref.ref[threading.Thread], sqlite3.Connection]] = []
-        self._readers_lock = threading.Lock()
+        self._collections: dict[str, Collection] = {}
+        self._file = DatabaseFile(path, dim, encoder=encoder, synchronous=synchronous,
+                                  readonly=readonly, checkpoint_every=checkpoint_every,
+                                  replay_budget=replay_budget, name=name, config=config)
 
-        where = f"database {self.path}"
-        exists = os.path.exists(self.path) and os.path.getsize(self.path) > 0
-        if os.path.isdir(self.path):
-            raise InvalidInput(f"{where}: is a directory, expected a database file")
-        if exists:
-            with builtins.open(self.path, "rb") as fh:
-                header = fh.read(len(SQLITE_HEADER))
-            if header != SQLITE_HEADER:
-                raise CorruptStore(f"{where}: not a hopmem database (not an SQLite file)")
-        elif self.readonly:
-            raise NotFound(f"{where}: no such database")
-        elif dim is None:
-            raise InvalidInput(f"{where}: does not exist; give dim to create it")
+    # -- what the file records --------------------------------------------------------------------
 
-        try:
-            if not self.readonly:
-                self._lock_file = LockFile(self.path + ".lock", where)
-            self._open(dim, enc, config, where)
-        except BaseException:
-            self._release()
-            raise
-        self._closed = False
+    @property
+    def path(self) -> str:
+        """The database file's absolute path."""
+        return self._file.path
 
-    # -- opening --------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        """The database's name (its file name without the suffix, or the DataDir name)."""
+        return self._file.name
 
-    def _open(self, dim: int | None, enc: EncoderInfo | None, config: dict[str, Any],
-              where: str) -> None:
-        with map_errors(where):
-            self._conn = conn = connect(self.path, readonly=self.readonly)
-            try:
-                app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-                version = conn.execute("PRAGMA user_version").fetchone()[0]
-                tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-            except sqlite3.DatabaseError as exc:
-                raise CorruptStore(f"{where}: not a hopmem database or damaged ({exc})") from exc
-            fresh = app_id == 0 and version == 0 and tables == 0
-            if not fresh and app_id != schema.APPLICATION_ID:
-                raise CorruptStore(
-                    f"{where}: an SQLite database, but not a hopmem database "
-                    f"(application_id {app_id:#x}, expected {schema.APPLICATION_ID:#x})")
-            if fresh:
-                if self.readonly:
-                    raise NotFound(f"{where}: empty file, not yet a database")
-                if dim is None:
-                    raise InvalidInput(f"{where}: is empty; give dim to create it")
-                self._create(conn, int(dim), enc, config)
-            elif version > schema.SCHEMA_VERSION:
-                raise IncompatibleStore(
-                    f"{where}: schema version {version} is newer than this hopmem supports "
-                    f"({schema.SCHEMA_VERSION}); upgrade hopmem")
-            elif version < schema.SCHEMA_VERSION:
-                if self.readonly:
-                    raise IncompatibleStore(
-                        f"{where}: schema version {version} needs a migration to "
-                        f"{schema.SCHEMA_VERSION}; open it once without readonly")
-                self._migrate(conn, version, where)
-            if not self.readonly:
-                conn.execute("PRAGMA journal_mode = WAL")
-                conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
-                conn.execute("PRAGMA journal_size_limit = 67108864")
-            self._read_meta(conn, where)
-            self._check_against(dim, enc, config, where)
+    @property
+    def readonly(self) -> bool:
+        return self._file.readonly
 
-    def _create(self, conn: sqlite3.Connection, dim: int, enc: EncoderInfo | None,
-                config: dict[str, Any]) -> None:
-        defaults = MemoryConfig.from_dict({**config, "dim": dim})
-        # 16 KiB pages (set before the first table and before WAL mode): a batch's
-        # journal row is ~150 KB at d = 384, and a commit writes a quarter as many
-        # WAL frames, each with its header and checksum, as with 4 KiB pages.
-        conn.execute(f"PRAGMA page_size = {_PAGE_SIZE}")
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.execute(f"PRAGMA application_id = {schema.APPLICATION_ID}")
-            schema.migrate(conn, 0)
-            from .. import __version__
-            meta = {
-                "format": schema.FORMAT,
-                "dim": str(dim),
-                "config": json.dumps(defaults.to_dict()),
-                "created_at": _iso(time.time()),
-                "hopmem_version": __version__,
-            }
-            if enc is not None:
-                meta.update(self._encoder_meta(enc))
-            conn.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
-                             meta.items())
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        logger.info("created database %s (dim=%d)", self.path, dim)
+    @property
+    def synchronous(self) -> str:
+        return self._file.synchronous
 
-    @staticmethod
-    def _encoder_meta(enc: EncoderInfo) -> dict[str, str]:
-        meta = {"encoder_name": enc.name, "encoder_dimension": str(enc.dimension)}
-        if enc.fingerprint is not None:
-            meta["encoder_fingerprint"] = enc.fingerprint
-        return meta
+    @property
+    def dim(self) -> int:
+        """The dimension of every vector in the database."""
+        return self._file.dim
 
-    def _migrate(self, conn: sqlite3.Connection, version: int, where: str) -> None:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            applied = schema.migrate(conn, version)
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        logger.info("%s: migrated schema %d -> %d (%s)", where, version, schema.SCHEMA_VERSION,
-                    applied)
+    @property
+    def config(self) -> MemoryConfig:
+        """The default config of new collections."""
+        return self._file.config
 
-    def _read_meta(self, conn: sqlite3.Connection, where: str) -> None:
-        try:
-            meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-        except sqlite3.OperationalError as exc:
-            raise CorruptStore(f"{where}: not a hopmem database (no meta table: {exc})") from exc
-        if meta.get("format") != schema.FORMAT:
-            raise CorruptStore(f"{where}: not a hopmem database (meta format "
-                               f"{meta.get('format')!r})")
-        try:
-            self.dim = int(meta["dim"])
-            self.config = MemoryConfig.from_dict(json.loads(meta["config"]))
-            self.schema_version = int(meta["schema_version"])
-            self.created_at = meta.get("created_at", "")
-            if "encoder_name" in meta:
-                self.encoder: EncoderInfo | None = EncoderInfo(
-                    meta["encoder_name"], int(meta["encoder_dimension"]),
-                    meta.get("encoder_fingerprint"))
-            else:
-                self.encoder = None
-        except (KeyError, ValueError, TypeError) as exc:
-            raise CorruptStore(f"{where}: damaged meta table ({exc!r})") from exc
+    @property
+    def schema_version(self) -> int:
+        return self._file.schema_version
 
-    def _check_against(self, dim: int | None, enc: EncoderInfo | None, config: dict[str, Any],
-                       where: str) -> None:
-        if dim is not None and int(dim) != self.dim:
-            raise IncompatibleStore(
-                f"{where}: database was created with dim={self.dim}, opened with dim={dim}")
-        if config:
-            recorded = self.config.to_dict()
-            wanted = MemoryConfig.from_dict({**recorded, **config}).to_dict()
-            differ = [k for k in config if wanted.get(k) != recorded.get(k)]
-            if differ:
-                raise IncompatibleStore(
-                    f"{where}: database was created with {_describe(recorded, differ)}, "
-                    f"opened with {_describe(wanted, differ)}")
-        if enc is not None:
-            have = self.encoder
-            if have is not None and have.fingerprint is not None and enc.fingerprint is not None \
-                    and have.fingerprint != enc.fingerprint:
-                raise IncompatibleStore(
-                    f"{where}: database was written with encoder {have.name!r} (fingerprint "
-                    f"{have.fingerprint}), opened with encoder {enc.name!r} (fingerprint "
-                    f"{enc.fingerprint})")
-            if have is None or (have.fingerprint is None and enc.fingerprint is not None):
-                if not self.readonly:
-                    with self._transaction(where) as conn:
-                        conn.executemany(
-                            "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
-                            self._encoder_meta(enc).items())
-                    logger.info("%s: recorded encoder %s", where, enc.name)
-                self.encoder = enc
+    @property
+    def created_at(self) -> str:
+        """When the file was created, ISO 8601 UTC."""
+        return self._file.created_at
 
-    # -- connections and transactions -------------------------------------------------------------
+    @property
+    def encoder(self) -> EncoderInfo | None:
+        """The encoder recorded in the file (name, dim, fingerprint), or None."""
+        return self._file.encoder
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise StoreError(f"database {self.path} is closed")
-
-    def _check_writable(self, what: str) -> None:
-        self._check_open()
-        if self.readonly:
-            raise StoreError(f"database {self.path} is open read-only: cannot {what}")
-
-    @contextlib.contextmanager
-    def _transaction(self, where: str) -> Iterator[sqlite3.Connection]:
-        """``BEGIN IMMEDIATE`` ... ``COMMIT`` on the writer connection (rolled back on error)."""
-        with self._sql_lock:
-            conn = self._conn
-            if conn is None:
-                raise StoreError(f"database {self.path} is closed")
-            with map_errors(where):
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    yield conn
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if conn.in_transaction:
-                        try:
-                            conn.execute("ROLLBACK")
-                        except sqlite3.Error:  # pragma: no cover - the original error matters
-                            logger.exception("%s: ROLLBACK failed", where)
-                    raise
-
-    def _reader(self) -> sqlite3.Connection:
-        """This thread's own read connection (WAL readers never wait for the writer)."""
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            return conn
-        self._check_open()
-        with map_errors(f"database {self.path}"):
-            conn = connect(self.path, readonly=True)
-        with self._readers_lock:
-            if len(self._readers) >= _MAX_READERS:  # drop the connections of finished threads
-                alive = []
-                for ref, other in self._readers:
-                    if ref() is None or not ref().is_alive():  # type: ignore[union-attr]
-                        other.close()
-                    else:
-                        alive.append((ref, other))
-                self._readers = alive
-            self._readers.append((weakref.ref(threading.current_thread()), conn))
-        self._local.conn = conn
-        return conn
-
-    @contextlib.contextmanager
-    def _read_transaction(self, where: str) -> Iterator[sqlite3.Connection]:
-        """A consistent view (one SQLite read transaction) on this thread's connection."""
-        conn = self._reader()
-        with map_errors(where):
-            conn.execute("BEGIN")
-            try:
-                yield conn
-            finally:
-                if conn.in_transaction:
-                    conn.execute("COMMIT")
+    @property
+    def encoder_object(self) -> Any:
+        """The live encoder this database was opened with (for remember, recall, calibrate), or None."""
+        return self._file.encoder_object
 
     # -- collections ------------------------------------------------------------------------------
 
-    def collection(self, name: str, **config: Any):
+    def collection(self, name: str, **config: Any) -> Collection:
         """The collection ``name``, created with the database's config (plus ``config``) if missing.
 
         On an existing collection each given config field must equal the
         recorded one (:class:`~hopmem.errors.IncompatibleStore` otherwise).
         """
-        from .collection import Collection
-
         check_collection_name(name)
-        self._check_open()
+        self._file.check_open()
         coll = self._collections.get(name)
         if coll is None:
             with self._coll_lock:
@@ -475,8 +214,8 @@ class Database:
                 if coll is None:
                     coll = self._load(name)
                     if coll is None:
-                        self._check_writable(f"create collection {name!r}")
-                        coll = Collection._create(self, name, self._collection_config(name, config))
+                        self._file.check_writable(f"create collection {name!r}")
+                        coll = self._create(name, self._collection_config(name, config))
                     self._collections[name] = coll
         if config:
             recorded = coll.config.to_dict()
@@ -484,8 +223,8 @@ class Database:
             differ = [k for k in config if wanted.get(k) != recorded.get(k)]
             if differ:
                 raise IncompatibleStore(
-                    f"collection {name!r} exists with {_describe(recorded, differ)}; requested "
-                    f"{_describe(wanted, differ)}")
+                    f"collection {name!r} exists with {describe(recorded, differ)}; requested "
+                    f"{describe(wanted, differ)}")
         return coll
 
     def _collection_config(self, name: str, overrides: dict[str, Any],
@@ -496,10 +235,20 @@ class Database:
                 f"dim={self.dim}, requested dim={overrides['dim']}")
         return MemoryConfig.from_dict({**(base or self.config.to_dict()), **overrides})
 
-    def get_collection(self, name: str):
+    def _create(self, name: str, config: MemoryConfig) -> Collection:
+        with self._file.transaction(f"create collection {name!r}") as conn:
+            cid = conn.execute(
+                "INSERT INTO collections (name, config, next_doc_id, created_at) "
+                "VALUES (?, ?, 1, ?)", (name, json.dumps(config.to_dict()), time.time())).lastrowid
+            assert cid is not None  # an executed INSERT sets it
+        rebuilt = journal.Rebuilt(Memory.from_config(config), 0, 0, 0, 0, 0.0)
+        logger.info("database %s: created collection %r", self.path, name)
+        return Collection(self, self._file, int(cid), name, config, rebuilt, 1, 0, None, None)
+
+    def get_collection(self, name: str) -> Collection:
         """The existing collection ``name``; :class:`~hopmem.errors.NotFound` if missing."""
         check_collection_name(name)
-        self._check_open()
+        self._file.check_open()
         coll = self._collections.get(name)
         if coll is not None:
             return coll
@@ -514,27 +263,25 @@ class Database:
 
     def has_collection(self, name: str) -> bool:
         check_collection_name(name)
-        self._check_open()
+        self._file.check_open()
         if name in self._collections:
             return True
         with map_errors(f"database {self.path}"):
-            return self._reader().execute(
+            return self._file.reader().execute(
                 "SELECT 1 FROM collections WHERE name = ?", (name,)).fetchone() is not None
 
     __contains__ = has_collection
 
     def collections(self) -> list[str]:
         """Names of the collections, sorted."""
-        self._check_open()
+        self._file.check_open()
         with map_errors(f"database {self.path}"):
-            return [r[0] for r in self._reader().execute(
+            return [r[0] for r in self._file.reader().execute(
                 "SELECT name FROM collections ORDER BY name")]
 
-    def _load(self, name: str):
-        from .collection import Collection
-
+    def _load(self, name: str) -> Collection | None:
         where = f"collection {name!r} of {self.path}"
-        with self._read_transaction(where) as conn:
+        with self._file.read_transaction(where) as conn:
             row = conn.execute(
                 "SELECT cid, config, centering, gate, next_doc_id FROM collections WHERE name = ?",
                 (name,)).fetchone()
@@ -556,21 +303,21 @@ class Database:
         logger.info("%s: loaded in %.3f s (checkpoint at entry %d, replayed %d entries)",
                     where, time.perf_counter() - t0, rebuilt.checkpoint_seq,
                     rebuilt.replayed_entries)
-        coll = Collection(self, cid, name, config, rebuilt, int(next_doc_id), int(doc_count),
-                          centering, gate)
+        coll = Collection(self, self._file, cid, name, config, rebuilt, int(next_doc_id),
+                          int(doc_count), centering, gate)
         if not self.readonly:
-            coll._maybe_checkpoint(after_open=True)
+            coll.checkpoint_if_due()
         return coll
 
     def drop_collection(self, name: str) -> bool:
         """Delete a collection and everything in it; False if it did not exist."""
         check_collection_name(name)
-        self._check_writable(f"drop collection {name!r}")
+        self._file.check_writable(f"drop collection {name!r}")
         with self._coll_lock:
             coll = self._collections.get(name)
-            guard = coll._wlock if coll is not None else contextlib.nullcontext()
+            guard = coll.exclusive() if coll is not None else contextlib.nullcontext()
             with guard:
-                with self._transaction(f"drop collection {name!r}") as conn:
+                with self._file.transaction(f"drop collection {name!r}") as conn:
                     row = conn.execute("SELECT cid FROM collections WHERE name = ?",
                                        (name,)).fetchone()
                     if row is None:
@@ -579,7 +326,7 @@ class Database:
                                   "journal", "collections"):
                         conn.execute(f"DELETE FROM {table} WHERE cid = ?", (row[0],))
                 if coll is not None:
-                    coll._dropped = True
+                    coll.mark_dropped()
                     self._collections.pop(name, None)
         logger.info("database %s: dropped collection %r", self.path, name)
         return True
@@ -587,13 +334,16 @@ class Database:
     # -- whole database ---------------------------------------------------------------------------
 
     def info(self) -> dict[str, Any]:
-        """``{name, created_at, dimension, collections}`` (collections: sorted names)."""
+        """``{name, created_at, dimension, collections}`` (collections: sorted names).
+
+        The keys are the HTTP API's database record (``dimension`` is :attr:`dim`).
+        """
         return {"name": self.name, "created_at": self.created_at, "dimension": self.dim,
                 "collections": self.collections()}
 
     def checkpoint(self) -> None:
         """Checkpoint every loaded collection now (reopening then replays nothing)."""
-        self._check_writable("checkpoint")
+        self._file.check_writable("checkpoint")
         for coll in list(self._collections.values()):
             coll.checkpoint()
 
@@ -604,84 +354,48 @@ class Database:
         (rollback journal mode, no -wal file) and a normal hopmem database.
         Returns the absolute path.
         """
-        self._check_open()
-        target = os.path.abspath(os.fspath(path))
-        if target == self.path:
-            raise InvalidInput(f"backup: target {target} is the database itself")
-        if os.path.exists(target) and not overwrite:
-            raise AlreadyExists(f"backup: {target} exists (pass overwrite=True)")
-        tmp = f"{target}.tmp-{os.getpid()}-{threading.get_ident()}"
-        where = f"backup of {self.path} to {target}"
-        try:
-            with self._sql_lock, map_errors(where):
-                dst = sqlite3.connect(tmp, isolation_level=None)
-                try:
-                    self._conn.backup(dst)  # type: ignore[union-attr]
-                    dst.execute("PRAGMA journal_mode = DELETE")
-                finally:
-                    dst.close()
-            os.replace(tmp, target)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-        return target
+        return self._file.backup(path, overwrite=overwrite)
 
     def export_collection(self, name: str, path: str | os.PathLike[str], *,
                           progress: Callable[[int], Any] | None = None) -> dict[str, Any]:
         """Write collection ``name`` to a portable file; see :mod:`hopmem.store.portable`."""
-        from .portable import export_collection
-        return export_collection(self, name, path, progress=progress)
+        return portable.write_export(self._file, name, path, progress=progress)
 
     def import_collection(self, path: str | os.PathLike[str], name: str | None = None, *,
-                          progress: Callable[[int], Any] | None = None):
-        """Create a collection from a portable file; see :mod:`hopmem.store.portable`."""
-        from .portable import import_collection
-        return import_collection(self, path, name, progress=progress)
+                          progress: Callable[[int], Any] | None = None) -> Collection:
+        """Create a collection from a portable file; see :mod:`hopmem.store.portable`.
 
-    def ping(self) -> None:
-        """Raise :class:`~hopmem.errors.StoreError` unless the file answers a read (readiness)."""
-        self._check_open()
-        with map_errors(f"database {self.path}"):
-            self._reader().execute("SELECT count(*) FROM meta").fetchone()
+        ``name`` defaults to the exported name; :class:`~hopmem.errors.AlreadyExists`
+        if the database has a collection by that name. One transaction: on any
+        failure nothing is created.
+        """
+        plan = portable.plan_import(self._file, path, name)
+        with self._coll_lock:
+            if self.has_collection(plan.name):
+                raise AlreadyExists(
+                    f"collection {plan.name!r} already exists in database {self.name!r}")
+            done = portable.run_import(self._file, plan, progress=progress)
+            coll = Collection(self, self._file, done.cid, done.name, done.config, done.rebuilt,
+                              done.next_doc_id, done.doc_count, done.centering, done.gate)
+            self._collections[done.name] = coll
+        return coll
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._file.closed
 
     def close(self) -> None:
         """Checkpoint what a reopen would otherwise replay, then release everything. Idempotent."""
-        if self._closed:
+        if self._file.closed:
             return
         try:
             for coll in list(self._collections.values()):
-                with coll._wlock:  # an in-flight write finishes first
-                    if not self.readonly:
-                        try:
-                            coll._maybe_checkpoint(closing=True)
-                        except Exception:  # a cache that could not be written must not block
-                            logger.exception("database %s: checkpoint on close failed", self.path)
-                    coll._closed = True
+                coll.close_for_database()
         finally:
-            self._closed = True
             for coll in self._collections.values():
-                coll._closed = True
+                coll.mark_closed()
             self._collections.clear()
-            self._release()
-
-    def _release(self) -> None:
-        with self._readers_lock:
-            readers, self._readers = self._readers, []
-        for _, conn in readers:
-            with contextlib.suppress(sqlite3.Error):
-                conn.close()
-        self._local = threading.local()
-        if self._conn is not None:
-            with contextlib.suppress(sqlite3.Error):
-                self._conn.close()
-            self._conn = None
-        if self._lock_file is not None:
-            self._lock_file.release()
-            self._lock_file = None
+            self._file.close()
 
     def __enter__(self) -> "Database":
         return self
@@ -690,8 +404,8 @@ class Database:
         self.close()
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else ("read-only" if self.readonly else "open")
-        return f"Database({self.path!r}, dim={getattr(self, 'dim', None)}, {state})"
+        state = "closed" if self.closed else ("read-only" if self.readonly else "open")
+        return f"Database({self.path!r}, dim={self.dim}, {state})"
 
 
 def open(  # noqa: A001 - hopmem.open is the public name
@@ -714,7 +428,7 @@ def open(  # noqa: A001 - hopmem.open is the public name
     dim : int, optional
         The vectors' dimension; checked against an existing file.
     encoder : object, optional
-        An encoder (``name``, ``dimension``, ``fingerprint``); its fingerprint is
+        An encoder (``name``, ``dim``, ``fingerprint``); its fingerprint is
         recorded, and checked on later opens so that vector spaces never mix.
     synchronous : {"normal", "full"}
         ``"normal"``: durable across a killed process. ``"full"``: also across
@@ -745,13 +459,8 @@ def open(  # noqa: A001 - hopmem.open is the public name
     >>> with hopmem.open(path, dim=4) as db:
     ...     notes = db.collection("notes")
     ...     ids = notes.write(np.eye(4, dtype=np.float32), metadata=["a", "b", "c", "d"]).ids
-    ...     [hit.metadata for hit in notes.documents.query(np.eye(4)[2], n=1)]
+    ...     [hit.metadata for hit in notes.resolve(np.eye(4)[2], limit=1)]
     ['c']
     """
     return Database(path, dim, encoder=encoder, synchronous=synchronous, readonly=readonly,
                     checkpoint_every=checkpoint_every, replay_budget=replay_budget, **config)
-
-
-def try_lock(path: str, what: str) -> LockFile:
-    """Take a database's write lock without opening it (used to move files aside)."""
-    return LockFile(os.path.abspath(path) + ".lock", what)

@@ -1,6 +1,6 @@
 """A directory of named databases, one file each: ``ROOT/<name>.hopmem``.
 
-Names follow ``[a-z][a-z0-9_-]{0,62}``. Dropping a database moves its files
+Names follow :data:`hopmem.store.names.DATABASE_NAME`. Dropping a database moves its files
 into ``ROOT/.trash/<name>-<UTC time>/`` rather than deleting them at once;
 :meth:`DataDir.purge_trash` deletes what has been there long enough.
 """
@@ -14,7 +14,8 @@ import time
 from typing import Any
 
 from ..errors import AlreadyExists, IncompatibleStore, InvalidInput, NotFound
-from .database import Database, try_lock
+from .database import Database
+from .dbfile import try_lock
 from .names import DATABASE_NAME, check_database_name
 
 __all__ = ["DataDir", "SUFFIX"]

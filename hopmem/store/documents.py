@@ -16,17 +16,15 @@ from __future__ import annotations
 
 import builtins
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator, Protocol
 
 import numpy as np
 
+from .._deprecation import warn_deprecated
 from ..errors import InvalidInput
 from ..resolution import ResolveMode
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .collection import Collection
-
-__all__ = ["Document", "DocumentHit", "Documents", "check_doc_id"]
+__all__ = ["Document", "DocumentHit", "Documents", "DocumentSource", "check_doc_id"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +66,23 @@ class DocumentHit:
         return {"id": self.id, "similarity": self.similarity, "metadata": self.metadata}
 
 
+class DocumentSource(Protocol):
+    """What :class:`Documents` needs of its collection (the collection passes one in).
+
+    ``doc_id``, ``offset`` and ``limit`` arrive validated.
+    """
+
+    def get(self, doc_id: int, with_vector: bool) -> Document: ...
+
+    def page(self, offset: int, limit: int, vectors: bool) -> builtins.list[Document]: ...
+
+    def delete(self, doc_id: int) -> bool: ...
+
+    def count(self) -> int: ...
+
+    def resolve(self, vector: Any, limit: int, mode: ResolveMode) -> builtins.list[DocumentHit]: ...
+
+
 def check_doc_id(doc_id: Any) -> int:
     if isinstance(doc_id, bool) or not isinstance(doc_id, (int, np.integer)):
         raise InvalidInput(f"document id: expected an integer, got {type(doc_id).__name__}")
@@ -81,15 +96,15 @@ class Documents:
     a writer (WAL); deletes are serialised with the collection's writes.
     """
 
-    def __init__(self, collection: "Collection") -> None:
-        self._c = collection
+    def __init__(self, source: DocumentSource) -> None:
+        self._c = source
 
     def get(self, doc_id: int, *, vector: bool = True) -> Document:
         """The document with this id; :class:`~hopmem.errors.NotFound` if none.
 
         ``vector=False`` skips reading the stored vector.
         """
-        return self._c._doc_get(check_doc_id(doc_id), with_vector=vector)
+        return self._c.get(check_doc_id(doc_id), vector)
 
     def list(self, offset: int = 0, limit: int = 100, *, vectors: bool = False) -> list[Document]:
         """Documents in id order, from ``offset`` (0-based), at most ``limit`` (1..10,000)."""
@@ -98,7 +113,7 @@ class Documents:
                 raise InvalidInput(f"{name}: expected an integer >= {low}, got {value!r}")
         if limit > 10_000:
             raise InvalidInput(f"limit: expected at most 10000, got {limit}")
-        return self._c._doc_list(int(offset), int(limit), vectors)
+        return self._c.page(int(offset), int(limit), vectors)
 
     def delete(self, doc_id: int) -> bool:
         """Delete a document; True if it existed. Idempotent.
@@ -106,27 +121,35 @@ class Documents:
         The memory is not changed: a written vector stays superposed in its
         locations; the document just stops being found.
         """
-        return self._c._doc_delete(check_doc_id(doc_id))
+        return self._c.delete(check_doc_id(doc_id))
 
-    def query(self, vector: Any, n: int = 10, mode: ResolveMode = "indexed") -> builtins.list[DocumentHit]:
-        """The ``n`` documents most similar (cosine) to ``vector``, best first.
+    def query(self, vector: Any, limit: int = 10, mode: ResolveMode = "exact",
+              **deprecated: Any) -> builtins.list[DocumentHit]:
+        """Deprecated: use :meth:`Collection.resolve <hopmem.store.Collection.resolve>`.
 
-        ``mode="indexed"`` scores only documents posted on the locations the
-        vector activates (cheaper; can miss far documents); ``"exact"`` scores
-        every document.
+        The same function, with the same defaults (``mode="exact"``); ``n=``
+        is a deprecated name of ``limit``.
         """
-        return self._c._doc_query(vector, n, mode)
+        unknown = set(deprecated) - {"n"}
+        if unknown:
+            raise TypeError(f"Documents.query() got an unexpected keyword argument {sorted(unknown)[0]!r}")
+        if "n" in deprecated and limit != 10:
+            raise TypeError("Documents.query() got multiple values for argument 'limit'")
+        # One warning for the old function and its old keyword together.
+        warn_deprecated("Collection.documents.query", "Collection.resolve" + (
+            " (limit= instead of n=)" if "n" in deprecated else ""))
+        return self._c.resolve(vector, deprecated.get("n", limit), mode)
 
     def count(self) -> int:
         """The number of live documents."""
-        return self._c._doc_count_value()
+        return self._c.count()
 
     def __len__(self) -> int:
         return self.count()
 
     def __contains__(self, doc_id: object) -> bool:
         try:
-            self._c._doc_get(check_doc_id(doc_id), with_vector=False)
+            self._c.get(check_doc_id(doc_id), False)
         except (KeyError, ValueError):
             return False
         return True

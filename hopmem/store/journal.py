@@ -15,14 +15,14 @@ from __future__ import annotations
 import sqlite3
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from .._state import Snapshot, restore_capacity
 from ..config import MemoryConfig
 from ..errors import CorruptStore
-from ..memory import Memory
-from . import _engine
+from ..memory import Memory, Scalars
 from .schema import KIND_COMPRESS, KIND_WRITE
 
 try:  # ISA-L's CRC-32 (SIMD: about 4x zlib's speed on a journal entry), the same values as zlib's
@@ -182,10 +182,11 @@ class Rebuilt:
     replay_seconds: float    # engine time spent replaying (what a checkpoint would save)
 
 
-def check_after(where: str, seq: int, got: _engine.Scalars, row: tuple) -> None:
+def check_after(where: str, seq: int, scalars: Scalars, row: tuple[Any, ...]) -> None:
+    """Raise CorruptStore unless the memory's scalars after entry ``seq`` equal the recorded ``row``."""
     writes, next_id, size, eta, rng = row
     expected = (int(writes), int(next_id), int(size), float(eta), to_unsigned64(rng))
-    got = (got[0], got[1], got[2], got[3], to_unsigned64(got[4]))
+    got = (scalars.writes, scalars.next_id, scalars.size, scalars.eta, to_unsigned64(scalars.rng))
     if got != expected:
         names = ("writes", "next_id", "locations", "eta", "rng")
         diff = ", ".join(f"{k} {g!r} (recorded {e!r})"
@@ -205,7 +206,7 @@ def rebuild(conn: sqlite3.Connection, cid: int, config: MemoryConfig, where: str
     else:
         ckpt_seq, snap = loaded
         try:
-            memory = _engine.restore_adopting(config, snap, backend)
+            memory = Memory.adopting(config, snap, backend=backend)  # type: ignore[arg-type]
         except ValueError as exc:
             raise CorruptStore(f"{where}: checkpoint does not fit the config: {exc}") from exc
     seq = ckpt_seq
@@ -225,14 +226,14 @@ def rebuild(conn: sqlite3.Connection, cid: int, config: MemoryConfig, where: str
             if crc is not None and (blob is None or crc32(blob) != crc):
                 raise CorruptStore(f"{where}: journal entry {entry} fails its CRC check")
             X = vectors_from_blob(blob, n, dim, f"{where}: journal entry {entry}")
-            with _engine.write_lock(memory):
-                _engine.apply_write(memory, X)
+            with memory.exclusive():
+                memory.write_exclusive(X)
             vectors += n
         elif kind == KIND_COMPRESS:
-            _engine.apply_compress(memory, None if arg is None else int(arg))
+            memory.compress(None if arg is None else int(arg))
         else:
             raise CorruptStore(f"{where}: journal entry {entry} has unknown kind {kind!r}")
         engine_s += time.perf_counter() - t0
         entries += 1
-        check_after(where, entry, _engine.scalars(memory), row[6:])
+        check_after(where, entry, memory.scalars(), row[6:])
     return Rebuilt(memory, seq, ckpt_seq, entries, vectors, engine_s)

@@ -7,11 +7,13 @@ from typing import Any
 
 from ..errors import InvalidInput
 
-__all__ = ["DATABASE_NAME", "check_database_name", "check_collection_name",
+__all__ = ["DATABASE_NAME", "DATABASE_NAME_PATTERN", "check_database_name", "check_collection_name",
            "COLLECTION_NAME_MAX"]
 
-#: Database names: a lowercase letter, then up to 62 of ``a-z 0-9 _ -``.
-DATABASE_NAME = re.compile(r"[a-z][a-z0-9_-]{0,62}")
+#: Database names, the one definition (the HTTP server and its OpenAPI schema use it too):
+#: a lowercase letter, then up to 62 of ``a-z 0-9 _ -``. Match with ``fullmatch``.
+DATABASE_NAME_PATTERN = r"[a-z][a-z0-9_-]{0,62}"
+DATABASE_NAME = re.compile(DATABASE_NAME_PATTERN)
 COLLECTION_NAME_MAX = 128
 
 
@@ -22,7 +24,7 @@ def check_database_name(name: Any) -> str:
     if not DATABASE_NAME.fullmatch(name):
         raise InvalidInput(
             f"database name: expected a lowercase letter followed by up to 62 of a-z, 0-9, "
-            f"'_' and '-' (pattern [a-z][a-z0-9_-]{{0,62}}), got {name!r}")
+            f"'_' and '-' (pattern {DATABASE_NAME_PATTERN}), got {name!r}")
     return name
 
 
