@@ -114,8 +114,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{gate.gate.auc:.3f}; bands: vivid >= {gate.bands.vivid:.2f}, clear >= "
                   f"{gate.bands.clear:.2f}, else vague\n")
 
-            related = [memory.recall(q["question"], n=3) for q in show_related]
-            unrelated = [memory.recall(q, n=3) for q in show_unrelated]
+            related = [memory.recall(q["question"], limit=3) for q in show_related]
+            unrelated = [memory.recall(q, limit=3) for q in show_unrelated]
 
             print("fid: fidelity, cos(question, reconstruction); 1st: first_contact; conf: the "
                   "best hit's confidence, which the gate compares with tau\n")

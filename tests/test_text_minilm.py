@@ -57,7 +57,7 @@ class CachedEncoder:
     def __init__(self, encoder):
         self.inner = encoder
         self.name = encoder.name
-        self.dimension = encoder.dimension
+        self.dim = encoder.dim
         self.fingerprint = encoder.fingerprint
         self.cache: dict[str, np.ndarray] = {}
 
@@ -68,7 +68,7 @@ class CachedEncoder:
             for text, vector in zip(missing, self.inner.encode(missing)):
                 self.cache[text] = vector
         return np.stack([self.cache[t] for t in texts]).astype(np.float32) if texts else \
-            np.zeros((0, self.dimension), np.float32)
+            np.zeros((0, self.dim), np.float32)
 
 
 def load_encoder() -> CachedEncoder:
@@ -256,7 +256,7 @@ def test_across_modes_and_betas(db, encoder):
 
 def test_a_recall_reads_well(tc):
     tc.calibrate(RELATED, UNRELATED)
-    result = tc.recall("Which payment provider are we switching our billing to?", n=3)
+    result = tc.recall("Which payment provider are we switching our billing to?", limit=3)
     assert not result.abstained and result.hits[0].metadata["sid"] == "s01"
     assert result.hits[0].band in ("vivid", "clear")
     away = tc.recall("How far away is the Andromeda galaxy?")

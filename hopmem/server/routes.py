@@ -1,4 +1,4 @@
-"""The routes: HTTP-API.md, each in the scoped form ``/db/{db}/...`` and the legacy form.
+"""The routes of the HTTP API (docs/http.md), each in the scoped form ``/db/{db}/...`` and the legacy form.
 
 Every handler follows the same steps: authenticate (401), check the database
 name (400) and the key's scope (403), read and validate the body (413, 400),
