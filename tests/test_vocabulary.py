@@ -167,3 +167,17 @@ def test_calibrate_gate_old_names(tc):
         assert calibrate_gate(tc._source, rel, irr, error_budget=0.1, holdout_fraction=0.25) == new
     with pytest.warns(DeprecationWarning, match="by position"):
         assert calibrate_gate(tc._source, rel, irr, 0.1, holdout=0.25) == new
+
+
+# -- server ---------------------------------------------------------------------------------------
+
+
+def test_create_app_dimension_old_name(tmp_path):
+    from starlette.testclient import TestClient
+
+    from hopmem.server import create_app
+
+    with pytest.warns(DeprecationWarning, match=r"create_app\(dimension=\.\.\.\)"):
+        app = create_app(tmp_path / "data", dimension=8, auth="off")
+    with TestClient(app) as client:
+        assert client.get("/db/default").json()["dimension"] == 8
