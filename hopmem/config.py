@@ -130,7 +130,7 @@ class MemoryConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise InvalidConfig(f"unknown config field(s): {', '.join(unknown)}")
+            raise InvalidConfig(f"config: expected known fields, got unknown field(s) {', '.join(unknown)}")
         if "dim" not in data:
             raise InvalidConfig("config field 'dim': expected an integer >= 1, got nothing")
         return cls(**dict(data))

@@ -112,7 +112,7 @@ class VectorIndex:
                 vectors.shape[0] != ids.size:
             raise InvalidInput("VectorIndex.adopt: expected C-contiguous float32 (n, d) for n ids")
         if ids.size > 1 and np.any(np.diff(ids) <= 0):
-            raise InvalidInput("VectorIndex.adopt: ids must ascend")
+            raise InvalidInput("VectorIndex.adopt: expected ascending ids, got ids out of order")
         index = cls(vectors.shape[1], capacity=16)
         _unit_rows(vectors, out=vectors)
         index._ids = ids.copy() if ids.size else np.zeros(16, np.int64)
@@ -147,7 +147,8 @@ class VectorIndex:
         with self._lock.write():
             last = self._ids[self._size - 1] if self._size else 0
             if ids[0] <= last or np.any(np.diff(ids) <= 0):
-                raise InvalidInput("VectorIndex.add: ids must ascend above the ids already held")
+                raise InvalidInput("VectorIndex.add: expected ascending ids above the ids already held, got "
+                                   "ids out of order")
             self._reserve(ids.size)
             s, e = self._size, self._size + ids.size
             self._ids[s:e] = ids

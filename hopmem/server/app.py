@@ -106,15 +106,15 @@ def create_app(
     async def http_exception(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         if exc.status_code == 404:
-            message = f"no route {request.method} {request.scope.get('path', '')}"
+            message = f"no route {request.method} {request.scope['path']}"
         elif exc.status_code == 405:
-            message = f"method {request.method} not allowed on {request.scope.get('path', '')}"
+            message = f"method {request.method} not allowed on {request.scope['path']}"
         else:
             message = str(exc.detail)
         return error_response(HTTPError(exc.status_code, message, dict(exc.headers or {})))
 
     async def server_error(request: Request, exc: Exception) -> Response:
-        return error_response(exc, request.method, request.scope.get("path", ""))
+        return error_response(exc, request.method, request.scope["path"])
 
     routes = build_routes(handlers)
     app = _App(

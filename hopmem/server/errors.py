@@ -42,9 +42,9 @@ class HTTPError(Exception):
         self.headers = headers
 
 
-# Most specific first: DimensionMismatch is an InvalidInput, IncompatibleStore a StoreError.
+# Most specific first: IncompatibleStore is a StoreError. (DimensionMismatch, an InvalidInput,
+# gets its own message in status_and_message before this table is consulted.)
 _BY_TYPE: tuple[tuple[type[BaseException], int], ...] = (
-    (DimensionMismatch, 400),
     (EmptyMemory, 400),
     (InvalidInput, 400),          # includes InvalidConfig
     (NotFound, 404),
