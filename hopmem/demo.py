@@ -20,7 +20,10 @@ import tempfile
 import textwrap
 import time
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .encoders import Encoder
 
 __all__ = ["main", "load_conversation", "pick_encoder"]
 
@@ -30,16 +33,16 @@ def load_conversation() -> dict[str, Any]:
     return json.loads(resources.files("hopmem").joinpath("data/conversation.json").read_text("utf-8"))
 
 
-def pick_encoder(choice: str = "auto") -> tuple[Any, str]:
+def pick_encoder(choice: str = "auto") -> tuple[Encoder, str]:
     """``(encoder, a line saying which and why)`` for ``choice`` in auto / minilm / hashing."""
-    from .encoders import Encoder, EncoderUnavailable, HashingEncoder, SentenceTransformerEncoder, encoder_available
+    from .encoders import EncoderUnavailable, HashingEncoder, SentenceTransformerEncoder, encoder_available
 
     encoder: Encoder
 
     if choice in ("auto", "minilm") and (choice == "minilm" or encoder_available()):
         try:
             encoder = SentenceTransformerEncoder()
-            return encoder, f"encoder: {encoder.name} (sentence-transformers, {encoder.dimension}-d)"
+            return encoder, f"encoder: {encoder.name} (sentence-transformers, {encoder.dim}-d)"
         except EncoderUnavailable as exc:
             if choice == "minilm":
                 raise

@@ -76,7 +76,7 @@ class _Document(Protocol):
 
 
 class _Documents(Protocol):
-    def get(self, doc_id: int, /) -> Any: ...
+    def get(self, doc_id: int, /) -> _Document: ...
 
 
 class _EncoderRecord(Protocol):
