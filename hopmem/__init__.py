@@ -31,7 +31,7 @@ from .errors import (
     StoreLocked,
 )
 from .memory import AttentionResult, CompressResult, Memory, ScoredRead, Stats, Trace, WriteResult
-from ._deprecation import module_aliases
+from ._deprecation import module_aliases as _module_aliases
 from .recall import RecallGate, RecallHit, RecallResult
 from .store import Collection, Database, DataDir, Document, DocumentHit, open
 from .text import TextCollection
@@ -49,4 +49,4 @@ __all__ = [
 ]
 
 #: Names deprecated in 0.2 (removed in 0.3), served with a ``DeprecationWarning``.
-__getattr__ = module_aliases(__name__, {"Hit": ("RecallHit", lambda: RecallHit)})
+__getattr__ = _module_aliases(__name__, {"Hit": ("RecallHit", lambda: RecallHit)})

@@ -158,7 +158,7 @@ class Fold:
 
 def run_fold(tc: TextCollection, fold: str, error_budget: float = 0.0) -> Fold:
     fit_rel, fit_irr, held_rel, held_irr = FOLDS[fold]
-    gate = tc.calibrate([RELATED[i] for i in fit_rel], [UNRELATED[i] for i in fit_irr], error_budget)
+    gate = tc.calibrate([RELATED[i] for i in fit_rel], [UNRELATED[i] for i in fit_irr], error_budget=error_budget)
     rel = tc.prepare([RELATED[i] for i in held_rel])
     irr = tc.prepare([UNRELATED[i] for i in held_irr])
     rel_results = [tc.recall_prepared(one(rel, j)) for j in range(len(held_rel))]
