@@ -12,7 +12,7 @@ The public API, re-exported; nothing else lives here.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"  # first: the store records it in the files it creates
+__version__ = "0.2.0"  # first: the store records it in the files it creates
 
 from ._state import Snapshot
 from .centering import Centerer
@@ -31,7 +31,8 @@ from .errors import (
     StoreLocked,
 )
 from .memory import AttentionResult, CompressResult, Memory, ScoredRead, Stats, Trace, WriteResult
-from .recall import Hit, RecallGate, RecallResult
+from ._deprecation import module_aliases as _module_aliases
+from .recall import RecallGate, RecallHit, RecallResult
 from .store import Collection, Database, DataDir, Document, DocumentHit, open
 from .text import TextCollection
 from .threads import get_threads, set_threads
@@ -40,9 +41,12 @@ __all__ = [
     "Memory", "MemoryConfig", "Snapshot", "WriteResult", "Trace", "ScoredRead", "AttentionResult",
     "Stats", "CompressResult",
     "open", "DataDir", "Database", "Collection", "Document", "DocumentHit",
-    "Centerer", "TextCollection", "RecallResult", "RecallGate", "Hit",
+    "Centerer", "TextCollection", "RecallResult", "RecallGate", "RecallHit",
     "HopmemError", "InvalidInput", "InvalidConfig", "DimensionMismatch", "EmptyMemory",
     "NotFound", "AlreadyExists", "StoreError", "StoreLocked", "IncompatibleStore",
     "CorruptStore", "set_threads", "get_threads",
     "__version__",
 ]
+
+#: Names deprecated in 0.2 (removed in 0.3), served with a ``DeprecationWarning``.
+__getattr__ = _module_aliases(__name__, {"Hit": ("RecallHit", lambda: RecallHit)})

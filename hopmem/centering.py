@@ -33,7 +33,7 @@ def _check_dim(dim: Any, name: str = "dim") -> int | None:
     if dim is None:
         return None
     if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
-        raise InvalidInput(f"{name} must be a positive int or None, got {dim!r}")
+        raise InvalidInput(f"{name}: expected a positive int or None, got {dim!r}")
     return int(dim)
 
 
@@ -46,19 +46,19 @@ def _as_rows(X: ArrayLike, name: str) -> tuple[np.ndarray, bool]:
     try:
         array = np.asarray(X)
     except (TypeError, ValueError) as exc:  # ragged lists and the like
-        raise InvalidInput(f"{name} must be an array of numbers, got {type(X).__name__}: {exc}") from None
+        raise InvalidInput(f"{name}: expected an array of numbers, got {type(X).__name__} ({exc})") from None
     if array.dtype.kind not in "biuf":
-        raise InvalidInput(f"{name} must hold real numbers, got dtype {array.dtype}")
+        raise InvalidInput(f"{name}: expected real numbers, got dtype {array.dtype}")
     if array.ndim not in (1, 2):
-        raise InvalidInput(f"{name} must be 1-D (d,) or 2-D (n, d), got shape {array.shape}")
+        raise InvalidInput(f"{name}: expected shape (d,) or (n, d), got shape {array.shape}")
     single = array.ndim == 1
     rows = array.reshape(1, -1) if single else array
     if rows.shape[1] == 0:
-        raise InvalidInput(f"{name} must have at least one component per vector, got shape {array.shape}")
+        raise InvalidInput(f"{name}: expected at least one component per vector, got shape {array.shape}")
     with np.errstate(over="ignore"):  # values beyond float32 become inf, refused below
         rows = rows.astype(np.float32, copy=False)
     if not np.isfinite(rows).all():
-        raise InvalidInput(f"{name} must be finite (as float32), got NaN or infinity")
+        raise InvalidInput(f"{name}: expected values finite as float32, got NaN or infinity")
     return rows, single
 
 
@@ -129,15 +129,15 @@ class Centerer:
             If nothing has been fitted yet.
         """
         if not self.fitted:
-            raise InvalidInput("cannot freeze an unfitted Centerer: fit it first")
+            raise InvalidInput("freeze(): expected a fitted Centerer, got an unfitted one (fit it first)")
         self._frozen = True
         return self
 
     def _refuse_if_frozen(self, method: str) -> None:
         if self._frozen:
             raise InvalidInput(
-                f"{method}() on a frozen Centerer: its mean is fixed because stored "
-                "vectors were prepared with it; create a new Centerer to learn another"
+                f"{method}(): expected an unfrozen Centerer, got a frozen one: its mean is fixed "
+                "because stored vectors were prepared with it; create a new Centerer to learn another"
             )
 
     def _check_width(self, rows: np.ndarray, name: str) -> None:
@@ -166,7 +166,7 @@ class Centerer:
         self._refuse_if_frozen("fit")
         rows, _ = _as_rows(X, "X")
         if rows.shape[0] == 0:
-            raise InvalidInput(f"X must hold at least one vector, got shape {rows.shape}")
+            raise InvalidInput(f"X: expected at least one vector, got shape {rows.shape}")
         if self._dim_arg is not None and rows.shape[1] != self._dim_arg:
             raise DimensionMismatch(self._dim_arg, rows.shape[1], "X")
         self.dim = rows.shape[1]
@@ -232,7 +232,8 @@ class Centerer:
             If nothing is fitted, ``X`` is not finite, or its dimension differs.
         """
         if self.mean_ is None:
-            raise InvalidInput("this Centerer is not fitted: call fit() or partial_fit() first")
+            raise InvalidInput("transform(): expected a fitted Centerer, got an unfitted one (call fit() or "
+                               "partial_fit() first)")
         rows, single = _as_rows(X, "X")
         self._check_width(rows, "X")
         centred = rows - self.mean_  # a new array: the input is never written
@@ -294,14 +295,14 @@ class Centerer:
             If ``data`` is not such a description or is inconsistent.
         """
         if not isinstance(data, dict) or data.get("format") != _FORMAT:
-            raise InvalidInput(f"data must be a dict from Centerer.to_dict() (format {_FORMAT!r}), got {data!r:.80}")
+            raise InvalidInput(f"data: expected a dict from Centerer.to_dict() (format {_FORMAT!r}), got {data!r:.80}")
         if data.get("version") != _VERSION:
-            raise InvalidInput(f"data['version'] must be {_VERSION}, got {data.get('version')!r}")
+            raise InvalidInput(f"data['version']: expected {_VERSION}, got {data.get('version')!r}")
         try:
             dim = _check_dim(data["dim"], "data['dim']")
             count = data["n_samples_seen"]
             if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-                raise InvalidInput(f"data['n_samples_seen'] must be an int >= 0, got {count!r}")
+                raise InvalidInput(f"data['n_samples_seen']: expected an int >= 0, got {count!r}")
             centerer = cls(dim if data.get("fixed_dim") else None)
             centerer.dim = dim
             centerer.n_samples_seen_ = count
@@ -310,22 +311,24 @@ class Centerer:
                 total = np.frombuffer(base64.b64decode(data["sum_f64_b64"], validate=True), dtype="<f8")
                 if mean.shape != (dim,) or total.shape != (dim,) or count == 0:
                     raise InvalidInput(
-                        f"data is inconsistent: dim {dim}, mean of {mean.size}, sum of {total.size}, count {count}"
+                        f"data: expected consistent fields, got an inconsistent dict: dim {dim}, mean of "
+                        f"{mean.size}, sum of {total.size}, count {count}"
                     )
                 centerer.mean_ = mean.astype(np.float32)  # native byte order, writable
                 centerer._sum = total.astype(np.float64)
             elif count:
-                raise InvalidInput(f"data has n_samples_seen {count} but no mean")
+                raise InvalidInput(f"data: expected a mean with n_samples_seen {count}, got none")
             centerer._frozen = bool(data.get("frozen", False))
         except KeyError as exc:
-            raise InvalidInput(f"data is missing the key {exc.args[0]!r}") from None
+            raise InvalidInput(f"data: expected the key {exc.args[0]!r}, got a dict without it") from None
         except (TypeError, ValueError) as exc:
             if isinstance(exc, InvalidInput):
                 raise
-            raise InvalidInput(f"data holds a malformed field: {exc}") from None
+            raise InvalidInput(f"data: expected well-formed fields, got a malformed field ({exc})") from None
         expected = data.get("fingerprint")
         if expected is not None and expected != centerer.fingerprint:
-            raise InvalidInput(f"data['fingerprint'] is {expected!r} but the mean hashes to {centerer.fingerprint!r}")
+            raise InvalidInput(f"data['fingerprint']: expected {centerer.fingerprint!r} (the mean's hash), "
+                               f"got {expected!r}")
         return centerer
 
     def __eq__(self, other: object) -> bool:

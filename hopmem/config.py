@@ -7,22 +7,25 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
+from ._deprecation import module_aliases
 from .errors import InvalidConfig
 
-__all__ = ["MemoryConfig", "MODES"]
+__all__ = ["MemoryConfig", "MEMORY_MODES"]
 
-MODES = ("competitive", "plain")
+#: The memory modes :attr:`MemoryConfig.mode` takes (``MODES`` before 0.2).
+MEMORY_MODES = ("competitive", "plain")
 ACTIVATIONS = ("exact", "compact")
 
 
 @dataclass(frozen=True)
 class MemoryConfig:
-    """Every parameter of one memory (see ALGORITHM.md for the rules).
+    """Every parameter of one memory, validated when the config is made.
 
     ``activation="compact"`` makes reads scan a float16 copy of the addresses
-    and re-score the best ``max(2k, k + 16)`` candidates exactly in float32:
-    faster on large memories, and the activated set differs from the exact one
-    only when a true top-k location falls outside that pool. Writes always
+    first, then re-score exactly, in float32, every location whose float16
+    score lies within the proven error bound of the k-th best: faster on
+    large memories, and the activated set is always the exact one (ties
+    included), so reads answer bit for bit as with ``"exact"``. Writes always
     activate exactly, so the state never depends on it.
 
     ``tau_overload=None`` resolves to ``max(dim / 32, 8)``; the resolved value is
@@ -73,7 +76,7 @@ class MemoryConfig:
 
         set_ = object.__setattr__
         set_(self, "dim", integer("dim", self.dim, 1))
-        if self.mode not in MODES:
+        if self.mode not in MEMORY_MODES:
             fail("mode", "'competitive' or 'plain'", self.mode)
         if self.activation not in ACTIVATIONS:
             fail("activation", "'exact' or 'compact'", self.activation)
@@ -127,7 +130,7 @@ class MemoryConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
-            raise InvalidConfig(f"unknown config field(s): {', '.join(unknown)}")
+            raise InvalidConfig(f"config: expected known fields, got unknown field(s) {', '.join(unknown)}")
         if "dim" not in data:
             raise InvalidConfig("config field 'dim': expected an integer >= 1, got nothing")
         return cls(**dict(data))
@@ -136,3 +139,7 @@ class MemoryConfig:
         """Names of the fields whose values differ (for clear mismatch errors)."""
         return [f.name for f in dataclasses.fields(self)
                 if getattr(self, f.name) != getattr(other, f.name)]
+
+
+#: Names deprecated in 0.2 (removed in 0.3), served with a ``DeprecationWarning``.
+__getattr__ = module_aliases(__name__, {"MODES": ("MEMORY_MODES", lambda: MEMORY_MODES)})

@@ -20,7 +20,10 @@ import tempfile
 import textwrap
 import time
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .encoders import Encoder
 
 __all__ = ["main", "load_conversation", "pick_encoder"]
 
@@ -30,16 +33,16 @@ def load_conversation() -> dict[str, Any]:
     return json.loads(resources.files("hopmem").joinpath("data/conversation.json").read_text("utf-8"))
 
 
-def pick_encoder(choice: str = "auto") -> tuple[Any, str]:
+def pick_encoder(choice: str = "auto") -> tuple[Encoder, str]:
     """``(encoder, a line saying which and why)`` for ``choice`` in auto / minilm / hashing."""
-    from .encoders import Encoder, EncoderUnavailable, HashingEncoder, SentenceTransformerEncoder, encoder_available
+    from .encoders import EncoderUnavailable, HashingEncoder, SentenceTransformerEncoder, encoder_available
 
     encoder: Encoder
 
     if choice in ("auto", "minilm") and (choice == "minilm" or encoder_available()):
         try:
             encoder = SentenceTransformerEncoder()
-            return encoder, f"encoder: {encoder.name} (sentence-transformers, {encoder.dimension}-d)"
+            return encoder, f"encoder: {encoder.name} (sentence-transformers, {encoder.dim}-d)"
         except EncoderUnavailable as exc:
             if choice == "minilm":
                 raise
@@ -114,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{gate.gate.auc:.3f}; bands: vivid >= {gate.bands.vivid:.2f}, clear >= "
                   f"{gate.bands.clear:.2f}, else vague\n")
 
-            related = [memory.recall(q["question"], n=3) for q in show_related]
-            unrelated = [memory.recall(q, n=3) for q in show_unrelated]
+            related = [memory.recall(q["question"], limit=3) for q in show_related]
+            unrelated = [memory.recall(q, limit=3) for q in show_unrelated]
 
             print("fid: fidelity, cos(question, reconstruction); 1st: first_contact; conf: the "
                   "best hit's confidence, which the gate compares with tau\n")

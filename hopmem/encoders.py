@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from hopmem._deprecation import warn_deprecated
 from hopmem.errors import HopmemError, InvalidInput
 
 __all__ = [
@@ -41,8 +42,10 @@ __all__ = [
     "EncoderUnavailable",
     "HashingEncoder",
     "SentenceTransformerEncoder",
+    "check_texts",
     "default_encoder",
     "encoder_available",
+    "encoder_dim",
     "fingerprint_of",
 ]
 
@@ -78,8 +81,10 @@ class Encoder(Protocol):
     ----------
     name : str
         A human-readable name, e.g. ``"all-MiniLM-L6-v2"`` or ``"hashing-384"``.
-    dimension : int
-        The length of each vector.
+    dim : int
+        The length of each vector. (An encoder written for hopmem 0.1 has
+        ``dimension`` instead; hopmem still takes it, with a
+        ``DeprecationWarning``, until 0.3: see :func:`encoder_dim`.)
     fingerprint : str
         :func:`fingerprint_of` the encoder: equal fingerprints, equal vectors.
     """
@@ -88,30 +93,69 @@ class Encoder(Protocol):
     def name(self) -> str: ...
 
     @property
-    def dimension(self) -> int: ...
+    def dim(self) -> int: ...
 
     @property
     def fingerprint(self) -> str: ...
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """Encode ``texts`` as a float32, C-contiguous ``(len(texts), dimension)`` array."""
+        """Encode ``texts`` as a float32, C-contiguous ``(len(texts), dim)`` array."""
         ...
 
 
-def _check_texts(texts: Any) -> list[str]:
-    """Validate a batch of texts: a sequence (or iterable) of str, not a str itself."""
+def check_texts(texts: Any, name: str = "texts", *, allow_blank: bool = True) -> list[str]:
+    """Validate a batch of texts and return it as a list; the one rule every layer applies.
+
+    The rule: a batch is a sequence (any iterable) of ``str``, never a single
+    ``str`` or ``bytes`` (a common slip that would otherwise be taken as a
+    sequence of characters); every item is a ``str``. With
+    ``allow_blank=False`` no item may be empty or whitespace only. Encoders
+    allow blank texts (they have a vector, and the fingerprint probes include
+    ``""``); the text layer (:class:`hopmem.text.TextCollection`) refuses
+    them, since a blank text is nothing to remember or to ask about.
+
+    Raises
+    ------
+    InvalidInput
+        Naming ``name`` (or ``name[i]`` for the first bad item).
+    """
     if isinstance(texts, (str, bytes)):
-        raise InvalidInput(
-            f"texts must be a sequence of str, got a single {type(texts).__name__}: wrap it in a list, e.g. [text]"
-        )
+        raise InvalidInput(f"{name}: expected a sequence of str, got a single {type(texts).__name__}; "
+                           "wrap it in a list")
     try:
         batch = list(texts)
     except TypeError:
-        raise InvalidInput(f"texts must be a sequence of str, got {type(texts).__name__}") from None
-    for index, text in enumerate(batch):
+        raise InvalidInput(f"{name}: expected a sequence of str, got {type(texts).__name__}") from None
+    for i, text in enumerate(batch):
         if not isinstance(text, str):
-            raise InvalidInput(f"texts[{index}] must be a str, got {type(text).__name__}")
+            raise InvalidInput(f"{name}[{i}]: expected a str, got {type(text).__name__}")
+        if not allow_blank and not text.strip():
+            raise InvalidInput(f"{name}[{i}]: expected a non-blank text, got {text!r}")
     return batch
+
+
+def encoder_dim(encoder: Any, name: str = "encoder") -> int:
+    """The vector length of a user's encoder: its ``dim``.
+
+    An encoder written against hopmem 0.1's protocol has ``dimension`` and no
+    ``dim``; it is still accepted, with a ``DeprecationWarning``, until 0.3.
+
+    Raises
+    ------
+    InvalidInput
+        If the encoder has neither, or it is not an int >= 1.
+    """
+    if hasattr(encoder, "dim"):
+        value = encoder.dim
+    elif hasattr(encoder, "dimension"):
+        warn_deprecated(f"an encoder with 'dimension' and no 'dim' ({type(encoder).__name__})",
+                        "an encoder with 'dim' (the Encoder protocol)", stacklevel=4)
+        value = encoder.dimension
+    else:
+        raise InvalidInput(f"{name}: expected an Encoder with a 'dim' attribute, got {type(encoder).__name__}")
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise InvalidInput(f"{name}.dim: expected an int >= 1, got {value!r}")
+    return int(value)
 
 
 def fingerprint_of(encoder: Encoder) -> str:
@@ -139,11 +183,11 @@ def fingerprint_of(encoder: Encoder) -> str:
     vectors = np.asarray(encoder.encode(list(PROBE_STRINGS)), dtype=np.float64)
     if vectors.ndim != 2 or vectors.shape[0] != len(PROBE_STRINGS):
         raise InvalidInput(
-            f"encoder.encode must return shape ({len(PROBE_STRINGS)}, dimension) for "
+            f"encoder.encode: expected shape ({len(PROBE_STRINGS)}, dim) for "
             f"{len(PROBE_STRINGS)} probes, got {vectors.shape}"
         )
     if not np.isfinite(vectors).all():
-        raise InvalidInput("encoder.encode returned NaN or infinity on the probe strings")
+        raise InvalidInput("encoder.encode: expected finite vectors for the probe strings, got NaN or infinity")
     # Integers in units of 1e-4: rounding to 4 decimals without -0.0 vs 0.0.
     quantised = np.rint(vectors * 1e4).astype("<i8")
     digest = hashlib.sha256()
@@ -192,25 +236,31 @@ class HashingEncoder:
 
     def __init__(self, dim: int = 384, *, ngram_range: tuple[int, int] = (3, 3), seed: int = 0) -> None:
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
-            raise InvalidInput(f"dim must be a positive int, got {dim!r}")
+            raise InvalidInput(f"dim: expected a positive int, got {dim!r}")
         try:
             low, high = ngram_range
         except (TypeError, ValueError):
-            raise InvalidInput(f"ngram_range must be a pair (low, high), got {ngram_range!r}") from None
+            raise InvalidInput(f"ngram_range: expected a pair (low, high), got {ngram_range!r}") from None
         if any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) for n in (low, high)) or not (
             1 <= low <= high
         ):
-            raise InvalidInput(f"ngram_range must be ints with 1 <= low <= high, got {ngram_range!r}")
+            raise InvalidInput(f"ngram_range: expected ints with 1 <= low <= high, got {ngram_range!r}")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**64:
-            raise InvalidInput(f"seed must be an int in [0, 2**64), got {seed!r}")
-        self.dimension = int(dim)
+            raise InvalidInput(f"seed: expected an int in [0, 2**64), got {seed!r}")
+        self.dim = int(dim)
         self.ngram_range = (int(low), int(high))
         self.seed = int(seed)
-        self.name = f"hashing-{self.dimension}"
+        self.name = f"hashing-{self.dim}"
         self._key = self.seed.to_bytes(8, "little")
         self._features: dict[str, tuple[int, float]] = {}  # "w:word" / "c:gram" -> (bucket, sign)
         self._word_ngrams: dict[str, tuple[str, ...]] = {}
         self._fingerprint: str | None = None
+
+    @property
+    def dimension(self) -> int:
+        """Deprecated name of :attr:`dim`."""
+        warn_deprecated("HashingEncoder.dimension", "HashingEncoder.dim")
+        return self.dim
 
     @property
     def fingerprint(self) -> str:
@@ -224,7 +274,7 @@ class HashingEncoder:
         if cached is None:
             digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8, key=self._key).digest()
             value = int.from_bytes(digest, "little")
-            cached = ((value >> 1) % self.dimension, 1.0 if value & 1 else -1.0)
+            cached = ((value >> 1) % self.dim, 1.0 if value & 1 else -1.0)
             if len(self._features) >= _CACHE_LIMIT:
                 self._features.clear()
             self._features[key] = cached
@@ -255,7 +305,7 @@ class HashingEncoder:
             float32, C-contiguous, shape ``(len(texts), dim)``, unit rows
             (all-zero for a text without words).
         """
-        batch = _check_texts(texts)
+        batch = check_texts(texts)
         rows: list[int] = []
         buckets: list[int] = []
         signs: list[float] = []
@@ -275,7 +325,7 @@ class HashingEncoder:
                     signs.append(sign)
                     weights.append(weight)
                     counts.append(count)
-        n, d = len(batch), self.dimension
+        n, d = len(batch), self.dim
         values = np.asarray(signs) * np.asarray(weights) * (1.0 + np.log(np.asarray(counts, dtype=np.float64)))
         flat = np.asarray(rows, dtype=np.int64) * d + np.asarray(buckets, dtype=np.int64)
         # astype: bincount returns integers when there are no weights at all.
@@ -286,7 +336,7 @@ class HashingEncoder:
         return np.ascontiguousarray(out, dtype=np.float32)
 
     def __repr__(self) -> str:
-        return f"HashingEncoder(dim={self.dimension}, ngram_range={self.ngram_range}, seed={self.seed})"
+        return f"HashingEncoder(dim={self.dim}, ngram_range={self.ngram_range}, seed={self.seed})"
 
 
 # ------------------------------------------------------- sentence-transformers
@@ -388,17 +438,18 @@ class SentenceTransformerEncoder:
         num_threads: int | None = None,
     ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-            raise InvalidInput(f"batch_size must be a positive int, got {batch_size!r}")
+            raise InvalidInput(f"batch_size: expected a positive int, got {batch_size!r}")
         if num_threads is not None and (
             isinstance(num_threads, bool) or not isinstance(num_threads, (int, np.integer)) or num_threads < 0
         ):
-            raise InvalidInput(f"num_threads must be an int >= 0 or None, got {num_threads!r}")
+            raise InvalidInput(f"num_threads: expected an int >= 0 or None, got {num_threads!r}")
         if not isinstance(device, str) or not device:
-            raise InvalidInput(f"device must be a non-empty str such as 'cpu', got {device!r}")
+            raise InvalidInput(f"device: expected a non-empty str such as 'cpu', got {device!r}")
         if model is not None and not isinstance(model, (str, os.PathLike)):
-            raise InvalidInput(f"model must be a str, a path or None, got {type(model).__name__}")
+            raise InvalidInput(f"model: expected a str, a path or None, got {type(model).__name__}")
         if model is not None and not os.fspath(model):
-            raise InvalidInput("model must not be empty: pass None for the bundled all-MiniLM-L6-v2")
+            raise InvalidInput("model: expected a model name, a path or None (the bundled all-MiniLM-L6-v2), "
+                               "got an empty string")
 
         try:
             from sentence_transformers import SentenceTransformer
@@ -429,11 +480,17 @@ class SentenceTransformerEncoder:
         if dimension is None:
             raise EncoderUnavailable(f"the model {str(source)!r} does not report its embedding dimension")
         self.name: str = name
-        self.dimension: int = int(dimension)
+        self.dim: int = int(dimension)
         self.device = device
         self.batch_size = int(batch_size)
         self.model_path = str(source)
         self._fingerprint: str | None = None
+
+    @property
+    def dimension(self) -> int:
+        """Deprecated name of :attr:`dim`."""
+        warn_deprecated("SentenceTransformerEncoder.dimension", "SentenceTransformerEncoder.dim")
+        return self.dim
 
     @property
     def fingerprint(self) -> str:
@@ -453,11 +510,11 @@ class SentenceTransformerEncoder:
         Returns
         -------
         numpy.ndarray
-            float32, C-contiguous, shape ``(len(texts), dimension)``.
+            float32, C-contiguous, shape ``(len(texts), dim)``.
         """
-        batch = _check_texts(texts)
+        batch = check_texts(texts)
         if not batch:
-            return np.zeros((0, self.dimension), dtype=np.float32)
+            return np.zeros((0, self.dim), dtype=np.float32)
         vectors = self._model.encode(
             batch,
             batch_size=self.batch_size,
@@ -468,7 +525,7 @@ class SentenceTransformerEncoder:
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
     def __repr__(self) -> str:
-        return f"SentenceTransformerEncoder(name={self.name!r}, dimension={self.dimension}, device={self.device!r})"
+        return f"SentenceTransformerEncoder(name={self.name!r}, dim={self.dim}, device={self.device!r})"
 
 
 def encoder_available() -> bool:

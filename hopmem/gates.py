@@ -22,7 +22,7 @@ Separated groups (every relevant score above every irrelevant one)
     repeat those full-data figures (no split is needed to trust them).
 Otherwise
     Each group is shuffled with ``numpy.random.default_rng(seed)`` (relevant
-    first, then irrelevant) and ``round(n * holdout_fraction)`` of it (at least
+    first, then irrelevant) and ``round(n * holdout)`` of it (at least
     one, and leaving at least one) is held out. On the fitting part, with ``m``
     irrelevant scores, at most ``k = floor(error_budget * m)`` of them may reach
     ``tau``. Every ``tau`` above the ``(k+1)``-th highest irrelevant score
@@ -35,7 +35,7 @@ Otherwise
     coverage is 0. ``coverage`` and ``error_rate`` are measured on the fitting
     part (so ``error_rate <= error_budget``); ``holdout_coverage`` and
     ``holdout_error_rate`` on the held-out part, which had no say in ``tau``.
-    ``holdout_fraction=0`` fits on everything and reports ``None`` held out.
+    ``holdout=0`` fits on everything and reports ``None`` held out.
 Bands
     ``clear = tau``: anything the gate admits is at least clear.
     ``vivid`` is the median of the fitting relevant scores that reach ``tau``:
@@ -54,6 +54,7 @@ from typing import Any, TypedDict
 import numpy as np
 from numpy.typing import ArrayLike
 
+from hopmem._arguments import deprecated_arguments
 from hopmem.errors import InvalidInput
 
 __all__ = ["Bands", "Gate", "auc", "calibrate", "roc_curve"]
@@ -71,21 +72,21 @@ _LOCATIONS_KEYS = ("num_locations", "locations")
 
 def _real(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise InvalidInput(f"{name} must be a real number, got {type(value).__name__} {value!r}")
+        raise InvalidInput(f"{name}: expected a real number, got {type(value).__name__} {value!r}")
     return float(value)
 
 
 def _finite(value: Any, name: str) -> float:
     number = _real(value, name)
     if not math.isfinite(number):
-        raise InvalidInput(f"{name} must be finite, got {number!r}")
+        raise InvalidInput(f"{name}: expected a finite number, got {number!r}")
     return number
 
 
 def _fraction(value: Any, name: str) -> float:
     number = _finite(value, name)
     if not 0.0 <= number <= 1.0:
-        raise InvalidInput(f"{name} must be in [0, 1], got {number!r}")
+        raise InvalidInput(f"{name}: expected a number in [0, 1], got {number!r}")
     return number
 
 
@@ -94,7 +95,7 @@ def _count(value: Any, name: str, *, allow_none: bool) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
         expected = "an int >= 0 or None" if allow_none else "an int >= 0"
-        raise InvalidInput(f"{name} must be {expected}, got {value!r}")
+        raise InvalidInput(f"{name}: expected {expected}, got {value!r}")
     return int(value)
 
 
@@ -103,16 +104,16 @@ def _scores(values: ArrayLike, name: str, min_size: int) -> np.ndarray:
     try:
         array = np.asarray(values)
     except (TypeError, ValueError) as exc:
-        raise InvalidInput(f"{name} must be a 1-D array of numbers: {exc}") from None
+        raise InvalidInput(f"{name}: expected a 1-D array of numbers, got {type(values).__name__} ({exc})") from None
     if array.dtype.kind not in "biuf":
-        raise InvalidInput(f"{name} must hold real numbers, got dtype {array.dtype}")
+        raise InvalidInput(f"{name}: expected real numbers, got dtype {array.dtype}")
     if array.ndim != 1:
-        raise InvalidInput(f"{name} must be 1-D, got shape {array.shape}")
+        raise InvalidInput(f"{name}: expected a 1-D array, got shape {array.shape}")
     if array.size < min_size:
-        raise InvalidInput(f"{name} must hold at least {min_size} scores, got {array.size}")
+        raise InvalidInput(f"{name}: expected at least {min_size} scores, got {array.size}")
     array = array.astype(np.float64)
     if not np.isfinite(array).all():
-        raise InvalidInput(f"{name} must be finite, got NaN or infinity")
+        raise InvalidInput(f"{name}: expected finite scores, got NaN or infinity")
     return array
 
 
@@ -139,7 +140,7 @@ class Bands:
         vivid = _finite(self.vivid, "vivid")
         clear = _finite(self.clear, "clear")
         if vivid < clear:
-            raise InvalidInput(f"vivid must be >= clear, got vivid={vivid!r} < clear={clear!r}")
+            raise InvalidInput(f"vivid: expected a number >= clear ({clear!r}), got {vivid!r}")
         object.__setattr__(self, "vivid", vivid)
         object.__setattr__(self, "clear", clear)
 
@@ -160,11 +161,11 @@ class Bands:
     def from_dict(cls, data: Mapping[str, Any]) -> Bands:
         """Inverse of :meth:`to_dict`."""
         if not isinstance(data, Mapping):
-            raise InvalidInput(f"bands must be a dict with 'vivid' and 'clear', got {data!r:.80}")
+            raise InvalidInput(f"bands: expected a dict with 'vivid' and 'clear', got {data!r:.80}")
         try:
             return cls(vivid=data["vivid"], clear=data["clear"])
         except KeyError as exc:
-            raise InvalidInput(f"bands is missing the key {exc.args[0]!r}") from None
+            raise InvalidInput(f"bands: expected the key {exc.args[0]!r}, got a dict without it") from None
 
 
 # ----------------------------------------------------------------------- gate
@@ -225,9 +226,9 @@ class Gate:
         for name in ("calibrated_writes", "calibrated_locations"):
             object.__setattr__(self, name, _count(getattr(self, name), name, allow_none=True))
         if not isinstance(self.bands, Bands):
-            raise InvalidInput(f"bands must be a Bands, got {type(self.bands).__name__}")
+            raise InvalidInput(f"bands: expected a Bands, got {type(self.bands).__name__}")
         if not isinstance(self.separated, (bool, np.bool_)):
-            raise InvalidInput(f"separated must be a bool, got {self.separated!r}")
+            raise InvalidInput(f"separated: expected a bool, got {self.separated!r}")
         object.__setattr__(self, "separated", bool(self.separated))
 
     def admits(self, score: float) -> bool:
@@ -262,7 +263,7 @@ class Gate:
         """
         factor = _finite(growth, "growth")
         if factor < 1.0:
-            raise InvalidInput(f"growth must be >= 1, got {factor!r}")
+            raise InvalidInput(f"growth: expected a number >= 1, got {factor!r}")
         checks = ((self.calibrated_writes, _WRITES_KEYS), (self.calibrated_locations, _LOCATIONS_KEYS))
         stale = False
         for calibrated, keys in checks:
@@ -301,9 +302,9 @@ class Gate:
             If ``data`` is not such a description.
         """
         if not isinstance(data, Mapping) or data.get("format") != _FORMAT:
-            raise InvalidInput(f"data must be a dict from Gate.to_dict() (format {_FORMAT!r}), got {data!r:.80}")
+            raise InvalidInput(f"data: expected a dict from Gate.to_dict() (format {_FORMAT!r}), got {data!r:.80}")
         if data.get("version") != _VERSION:
-            raise InvalidInput(f"data['version'] must be {_VERSION}, got {data.get('version')!r}")
+            raise InvalidInput(f"data['version']: expected {_VERSION}, got {data.get('version')!r}")
         try:
             return cls(
                 tau=data["tau"],
@@ -320,7 +321,7 @@ class Gate:
                 holdout_error_rate=data["holdout_error_rate"],
             )
         except KeyError as exc:
-            raise InvalidInput(f"data is missing the key {exc.args[0]!r}") from None
+            raise InvalidInput(f"data: expected the key {exc.args[0]!r}, got a dict without it") from None
 
 
 def _lookup(stats: Any, keys: tuple[str, ...]) -> Any:
@@ -330,7 +331,8 @@ def _lookup(stats: Any, keys: tuple[str, ...]) -> Any:
                 return stats[key]
         elif hasattr(stats, key):
             return getattr(stats, key)
-    raise InvalidInput(f"stats must provide {' or '.join(repr(k) for k in keys)}, got {type(stats).__name__}")
+    raise InvalidInput(f"stats: expected {' or '.join(repr(k) for k in keys)}, got {type(stats).__name__} "
+                       "without it")
 
 
 # ---------------------------------------------------------------- statistics
@@ -396,12 +398,12 @@ def _between(low: float, high: float) -> float:
     return float(middle if low < middle <= high else high)
 
 
-def _split(values: np.ndarray, holdout_fraction: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Shuffle, then return ``(fitting, held_out)``; both non-empty if ``holdout_fraction > 0``."""
+def _split(values: np.ndarray, holdout: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Shuffle, then return ``(fitting, held_out)``; both non-empty if ``holdout > 0``."""
     order = rng.permutation(values.size)
     n_held = 0
-    if holdout_fraction > 0.0:
-        n_held = min(values.size - 1, max(1, round(values.size * holdout_fraction)))
+    if holdout > 0.0:
+        n_held = min(values.size - 1, max(1, round(values.size * holdout)))
     return values[order[n_held:]], values[order[:n_held]]
 
 
@@ -446,40 +448,49 @@ class _GateCommon(TypedDict):
     calibrated_locations: int | None
 
 
+@deprecated_arguments("hopmem.gates.calibrate", {"relevant_scores": "related", "irrelevant_scores": "unrelated",
+                                                "holdout_fraction": "holdout"},
+                      positional=("error_budget",))
 def calibrate(
-    relevant_scores: ArrayLike,
-    irrelevant_scores: ArrayLike,
-    error_budget: float = 0.0,
+    related: ArrayLike,
+    unrelated: ArrayLike,
     *,
-    min_coverage: float = 0.0,
-    holdout_fraction: float = 0.3,
+    error_budget: float = 0.0,
+    holdout: float = 0.3,
     seed: int = 0,
+    min_coverage: float = 0.0,
     writes: int | None = None,
     locations: int | None = None,
 ) -> Gate:
-    """Derive a gate from scores on relevant and irrelevant queries.
+    """Derive a gate from scores on related and unrelated queries.
 
     Parameters
     ----------
-    relevant_scores : array_like, 1-D
-        Scores (e.g. fidelity) of queries whose recall should be used; at least 2.
-    irrelevant_scores : array_like, 1-D
-        Scores of queries the memory should abstain on; at least 2.
+    related : array_like, 1-D
+        Scores (e.g. fidelity) of queries whose recall should be used (the
+        relevant group); at least 2.
+    unrelated : array_like, 1-D
+        Scores of queries the memory should abstain on (the irrelevant
+        group); at least 2.
     error_budget : float, optional
         The largest tolerated fraction of irrelevant scores admitted, in
         ``[0, 1)``. 0 (the default) admits none on the fitting part.
+    holdout : float, optional
+        Fraction of each group held out to measure the gate, in ``[0, 1)``.
+    seed : int, optional
+        Seeds the split; the same inputs and seed give the same gate.
     min_coverage : float, optional
         The smallest fraction of relevant scores ``tau`` must admit on the
         fitting part, in ``[0, 1]``; it wins over ``error_budget`` where the
         two conflict (scores that separate poorly), so the gate never refuses
         more than ``1 - min_coverage`` of the relevant queries to keep its
         budget. 0 (the default) leaves ``tau`` to the budget alone.
-    holdout_fraction : float, optional
-        Fraction of each group held out to measure the gate, in ``[0, 1)``.
-    seed : int, optional
-        Seeds the split; the same inputs and seed give the same gate.
     writes, locations : int or None, optional
         The memory's load when the scores were measured, for :meth:`Gate.is_stale`.
+
+    The names of the previous signature (``relevant_scores``,
+    ``irrelevant_scores``, ``holdout_fraction``, and ``error_budget`` by
+    position) still work, with a ``DeprecationWarning``, until hopmem 0.3.
 
     Returns
     -------
@@ -498,17 +509,17 @@ def calibrate(
     >>> gate.separated, gate.tau, gate.auc
     (True, 0.5, 1.0)
     """
-    relevant = _scores(relevant_scores, "relevant_scores", 2)
-    irrelevant = _scores(irrelevant_scores, "irrelevant_scores", 2)
+    relevant = _scores(related, "related", 2)
+    irrelevant = _scores(unrelated, "unrelated", 2)
     budget = _finite(error_budget, "error_budget")
     if not 0.0 <= budget < 1.0:
-        raise InvalidInput(f"error_budget must be in [0, 1), got {budget!r}")
+        raise InvalidInput(f"error_budget: expected a number in [0, 1), got {budget!r}")
     floor = _finite(min_coverage, "min_coverage")
     if not 0.0 <= floor <= 1.0:
-        raise InvalidInput(f"min_coverage must be in [0, 1], got {floor!r}")
-    fraction = _finite(holdout_fraction, "holdout_fraction")
+        raise InvalidInput(f"min_coverage: expected a number in [0, 1], got {floor!r}")
+    fraction = _finite(holdout, "holdout")
     if not 0.0 <= fraction < 1.0:
-        raise InvalidInput(f"holdout_fraction must be in [0, 1), got {fraction!r}")
+        raise InvalidInput(f"holdout: expected a number in [0, 1), got {fraction!r}")
     seed_value = _count(seed, "seed", allow_none=False)
     calibrated_writes = _count(writes, "writes", allow_none=True)
     calibrated_locations = _count(locations, "locations", allow_none=True)

@@ -25,8 +25,8 @@ How a recall is answered
    from the question (``fidelity``; a read with ``fidelity <= 0`` offers no
    path, and the score is ``cos(q, d)``). Hits are ordered by it (ties:
    lower id).
-   Because the path score is a maximum of two terms, the top ``n`` over all
-   documents always lie in the union of the two top-``n`` lists, so with exact
+   Because the path score is a maximum of two terms, the top ``limit`` over
+   all documents always lie in the union of the two top-``limit`` lists, so with exact
    candidate lists the fused ranking is exact. Other rules (question only,
    reconstruction only, max of the two cosines, reciprocal-rank fusion) are in
    :data:`FUSIONS` for comparison; docs/recall.md has the measurements that
@@ -53,6 +53,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from . import gates
+from ._arguments import deprecated_arguments
+from ._deprecation import module_aliases
 from .errors import EmptyMemory, InvalidInput
 from .gates import Bands, Gate
 
@@ -63,8 +65,8 @@ __all__ = [
     "FUSIONS",
     "STATISTICS",
     "TEXT_COLLECTION_CONFIG",
-    "Hit",
     "QuestionStatistics",
+    "RecallHit",
     "RecallGate",
     "RecallResult",
     "RecallSource",
@@ -97,8 +99,8 @@ _TINY = 1e-12
 
 
 @dataclass(frozen=True)
-class Hit:
-    """One recalled document.
+class RecallHit:
+    """One recalled document (``hopmem.recall.Hit`` before 0.2).
 
     Attributes
     ----------
@@ -148,7 +150,7 @@ class RecallResult:
         ``cos(question, reconstruction)``; ``None`` when the memory is empty.
     first_contact : float or None
         ``cos(question, one-step read)``; ``None`` when the memory is empty.
-    hits : list of Hit
+    hits : list of RecallHit
         Best first; empty when the recall abstained.
     abstained : bool
         Whether the caller should proceed without recalled context.
@@ -166,7 +168,7 @@ class RecallResult:
 
     fidelity: float | None
     first_contact: float | None
-    hits: list[Hit] = field(default_factory=list)
+    hits: list[RecallHit] = field(default_factory=list)
     abstained: bool = False
     reason: str | None = None
     score: float | None = None
@@ -192,8 +194,8 @@ class RecallSource(Protocol):
     """What recall needs from a collection (vectors already prepared).
 
     ``analyze(vector)`` returns a :class:`hopmem.Trace` (or raises
-    :class:`~hopmem.errors.EmptyMemory`); ``nearest_documents(vector, n)``
-    returns up to ``n`` document ids, best first; ``fetch_documents(ids)``
+    :class:`~hopmem.errors.EmptyMemory`); ``nearest_documents(vector, limit)``
+    returns up to ``limit`` document ids, best first; ``fetch_documents(ids)``
     returns ``(found_ids, vectors, metadata)`` for those of ``ids`` that still
     exist (a document deleted in between is left out), in order, with the
     stored vectors as a ``(len(found_ids), d)`` array; ``stats()`` returns the
@@ -202,7 +204,7 @@ class RecallSource(Protocol):
 
     def analyze(self, vector: np.ndarray) -> Any: ...
 
-    def nearest_documents(self, vector: np.ndarray, n: int) -> Sequence[int]: ...
+    def nearest_documents(self, vector: np.ndarray, limit: int) -> Sequence[int]: ...
 
     def fetch_documents(self, ids: Sequence[int]) -> tuple[Sequence[int], np.ndarray, list[Any]]: ...
 
@@ -262,11 +264,11 @@ def fuse(
     rs = np.asarray(reconstruction_scores, dtype=np.float64)
     if qs.ndim != 1 or qs.shape != rs.shape:
         raise InvalidInput(
-            f"question_scores and reconstruction_scores must be aligned 1-D arrays, "
+            f"question_scores, reconstruction_scores: expected aligned 1-D arrays, "
             f"got shapes {qs.shape} and {rs.shape}")
     f = float(fidelity)
     if not math.isfinite(f):
-        raise InvalidInput(f"fidelity must be finite, got {fidelity!r}")
+        raise InvalidInput(f"fidelity: expected a finite number, got {fidelity!r}")
     if rule == "path":
         # A read that ended up pointing away from the question offers no path.
         return np.maximum(qs, f * rs) if f > 0.0 else qs.copy()
@@ -327,13 +329,13 @@ class RecallGate:
 
     def __post_init__(self) -> None:
         if not isinstance(self.gate, Gate):
-            raise InvalidInput(f"gate must be a hopmem.gates.Gate, got {type(self.gate).__name__}")
+            raise InvalidInput(f"gate: expected a hopmem.gates.Gate, got {type(self.gate).__name__}")
         if self.statistic not in STATISTICS:
             raise InvalidInput(f"statistic: expected one of {STATISTICS}, got {self.statistic!r}")
         if self.bands is None:
             object.__setattr__(self, "bands", self.gate.bands)
         elif not isinstance(self.bands, Bands):
-            raise InvalidInput(f"bands must be a hopmem.gates.Bands, got {type(self.bands).__name__}")
+            raise InvalidInput(f"bands: expected a hopmem.gates.Bands, got {type(self.bands).__name__}")
 
     @property
     def tau(self) -> float:
@@ -366,9 +368,9 @@ class RecallGate:
     def from_dict(cls, data: Mapping[str, Any]) -> RecallGate:
         if not isinstance(data, Mapping) or data.get("format") != cls._FORMAT:
             raise InvalidInput(
-                f"data must be a dict from RecallGate.to_dict() (format {cls._FORMAT!r}), got {data!r:.80}")
+                f"data: expected a dict from RecallGate.to_dict() (format {cls._FORMAT!r}), got {data!r:.80}")
         if data.get("version") != cls._VERSION:
-            raise InvalidInput(f"data['version'] must be {cls._VERSION}, got {data.get('version')!r}")
+            raise InvalidInput(f"data['version']: expected {cls._VERSION}, got {data.get('version')!r}")
         try:
             return cls(
                 gate=Gate.from_dict(data["gate"]),
@@ -378,16 +380,16 @@ class RecallGate:
                 centering=data.get("centering"),
             )
         except KeyError as exc:
-            raise InvalidInput(f"data is missing the key {exc.args[0]!r}") from None
+            raise InvalidInput(f"data: expected the key {exc.args[0]!r}, got a dict without it") from None
 
 
 # ---------------------------------------------------------------------- recall
 
 
-def _check_n(n: Any, name: str = "n") -> int:
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise InvalidInput(f"{name}: expected an int >= 1, got {n!r}")
-    return int(n)
+def _check_limit(value: Any, name: str = "limit") -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise InvalidInput(f"{name}: expected an int >= 1, got {value!r}")
+    return int(value)
 
 
 def _split_metadata(metadata: Any, text_key: str) -> tuple[str | None, Any]:
@@ -397,10 +399,11 @@ def _split_metadata(metadata: Any, text_key: str) -> tuple[str | None, Any]:
     return None, metadata
 
 
+@deprecated_arguments("hopmem.recall.recall_vector", {"n": "limit"})
 def recall_vector(
     source: RecallSource,
     question: Any,
-    n: int = 5,
+    limit: int = 5,
     *,
     gate: RecallGate | None = None,
     fusion: str = DEFAULT_FUSION,
@@ -415,16 +418,16 @@ def recall_vector(
         The memory and its documents.
     question : array_like, shape (d,)
         The question, prepared exactly as the documents were.
-    n : int, optional
-        Hits to return at most.
+    limit : int, optional
+        Hits to return at most (``n`` before 0.2, deprecated).
     gate : RecallGate or None, optional
         Abstain below its tau and band the hits; ``None``: never abstain for
         lack of evidence, no bands.
     fusion : str, optional
         Ranking rule, one of :data:`FUSIONS` (see :func:`fuse`).
     pool : int or None, optional
-        Candidates taken from each list; ``None`` is ``max(n, 10)``. With
-        ``"path"`` any ``pool >= n`` gives the exact fused top ``n``.
+        Candidates taken from each list; ``None`` is ``max(limit, 10)``. With
+        ``"path"`` any ``pool >= limit`` gives the exact fused top ``limit``.
     text_key : str, optional
         The metadata key holding a document's text.
 
@@ -432,8 +435,8 @@ def recall_vector(
     -------
     RecallResult
     """
-    n = _check_n(n)
-    pool = max(n, 10) if pool is None else _check_n(pool, "pool")
+    limit = _check_limit(limit)
+    pool = max(limit, 10) if pool is None else _check_limit(pool, "pool")
     _check_rule(fusion)
     q = np.asarray(question)
     if q.ndim != 1:
@@ -463,7 +466,7 @@ def recall_vector(
     confidence = fuse(question_scores, reconstruction_scores, fidelity, "path")
     ranking = confidence if fusion == "path" else fuse(
         question_scores, reconstruction_scores, fidelity, fusion, ids=ids_arr)
-    order = np.lexsort((ids_arr, -ranking))[:n]
+    order = np.lexsort((ids_arr, -ranking))[:limit]
 
     best = float(confidence[order[0]])
     score = first_contact if gate is not None and gate.statistic == "first_contact" else best
@@ -480,7 +483,7 @@ def recall_vector(
         sources = tuple(name for name, found in (("question", doc_id in in_question),
                                                  ("reconstruction", doc_id in in_reconstruction))
                         if found)
-        hits.append(Hit(text, doc_id, rest, conf, gate.band(conf) if gate is not None else None, sources))
+        hits.append(RecallHit(text, doc_id, rest, conf, gate.band(conf) if gate is not None else None, sources))
     return RecallResult(fidelity, first_contact, hits, False, None, score, stale)
 
 
@@ -516,7 +519,7 @@ def question_statistics(
         raise InvalidInput(f"questions: expected shape (n, d), got {Q.shape}")
     conf, fc, fid, top = [], [], [], []
     for q in Q:
-        res = recall_vector(source, q, 1, fusion=fusion, pool=pool)
+        res = recall_vector(source, q, limit=1, fusion=fusion, pool=pool)
         conf.append(res.hits[0].confidence if res.hits else math.nan)
         top.append(res.hits[0].id if res.hits else -1)
         fc.append(math.nan if res.first_contact is None else res.first_contact)
@@ -525,15 +528,17 @@ def question_statistics(
                               np.asarray(fid, dtype=np.float64), np.asarray(top, dtype=np.int64))
 
 
+@deprecated_arguments("hopmem.recall.calibrate_gate", {"holdout_fraction": "holdout"},
+                      positional=("error_budget",))
 def calibrate_gate(
     source: RecallSource,
     related: Any,
     unrelated: Any,
-    error_budget: float = 0.0,
     *,
-    statistic: str = "confidence",
-    holdout_fraction: float = 0.3,
+    error_budget: float = 0.0,
+    holdout: float = 0.3,
     seed: int = 0,
+    statistic: str = "confidence",
     fusion: str = DEFAULT_FUSION,
     encoder: str | None = None,
     centering: str | None = None,
@@ -542,10 +547,12 @@ def calibrate_gate(
 
     Each question is recalled ungated; :func:`hopmem.gates.calibrate` then
     derives ``tau`` from the chosen statistic with ``error_budget`` and holds
-    out ``holdout_fraction`` of each group (seeded) to report
-    ``gate.holdout_coverage`` and ``gate.holdout_error_rate``, measured on
-    questions that had no say in ``tau``. The memory's current load is
+    out ``holdout`` (a fraction) of each group, shuffled with ``seed``, to
+    report ``gate.holdout_coverage`` and ``gate.holdout_error_rate``, measured
+    on questions that had no say in ``tau``. The memory's current load is
     recorded so :meth:`RecallGate.is_stale` can tell when to recalibrate.
+    ``holdout_fraction=`` and ``error_budget`` by position still work, with a
+    ``DeprecationWarning``, until hopmem 0.3.
 
     Raises
     ------
@@ -556,10 +563,10 @@ def calibrate_gate(
     if statistic not in STATISTICS:
         raise InvalidInput(f"statistic: expected one of {STATISTICS}, got {statistic!r}")
     # Check the cheap arguments before recalling anything.
-    for name, value in (("error_budget", error_budget), ("holdout_fraction", holdout_fraction)):
+    for name, value in (("error_budget", error_budget), ("holdout", holdout)):
         if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
                 or not 0.0 <= float(value) < 1.0:
-            raise InvalidInput(f"{name} must be a number in [0, 1), got {value!r}")
+            raise InvalidInput(f"{name}: expected a number in [0, 1), got {value!r}")
     for name, group in (("related", related), ("unrelated", unrelated)):
         if np.ndim(group) != 2 or len(group) < 2:
             raise InvalidInput(f"{name}: expected at least 2 question vectors (n, d), got shape "
@@ -568,16 +575,21 @@ def calibrate_gate(
     irr = question_statistics(source, unrelated, fusion=fusion)
     for name, group in (("related", rel), ("unrelated", irr)):
         if np.isnan(group.first_contact).any():
-            raise InvalidInput("cannot calibrate on an empty memory: remember something first")
+            raise InvalidInput("source: expected a memory holding something to calibrate against, got an "
+                               "empty memory (remember something first)")
         if np.isnan(group.confidence).any():
             raise InvalidInput(
-                f"cannot calibrate: some {name} questions found no document (was everything "
-                "written without metadata?)")
+                f"{name}: expected every question to find a document, got some that found no document "
+                "(was everything written without metadata?)")
     stats = source.stats()
     writes, locations = int(stats.writes), int(stats.num_locations)
-    gate = gates.calibrate(rel.statistic(statistic), irr.statistic(statistic), error_budget,
-                           holdout_fraction=holdout_fraction, seed=seed, writes=writes, locations=locations)
+    gate = gates.calibrate(rel.statistic(statistic), irr.statistic(statistic), error_budget=error_budget,
+                           holdout=holdout, seed=seed, writes=writes, locations=locations)
     bands = gate.bands if statistic == "confidence" else gates.calibrate(
-        rel.confidence, irr.confidence, error_budget,
-        holdout_fraction=holdout_fraction, seed=seed, writes=writes, locations=locations).bands
+        rel.confidence, irr.confidence, error_budget=error_budget,
+        holdout=holdout, seed=seed, writes=writes, locations=locations).bands
     return RecallGate(gate=gate, statistic=statistic, bands=bands, encoder=encoder, centering=centering)
+
+
+#: Names deprecated in 0.2 (removed in 0.3), served with a ``DeprecationWarning``.
+__getattr__ = module_aliases(__name__, {"Hit": ("RecallHit", lambda: RecallHit)})

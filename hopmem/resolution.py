@@ -1,8 +1,8 @@
 """Resolution: from a vector (usually a reconstruction) to the documents behind it.
 
-Two modes, as in ALGORITHM.md (Documents):
+Two modes:
 
-- ``"exact"``: cosine against every live document's stored vector, top ``n``.
+- ``"exact"``: cosine against every live document's stored vector, top ``limit``.
   A linear scan in the native kernel (:func:`hopmem.memory.top_k_cosine`)
   over a float16 copy of the unit-normalised document vectors kept in memory,
   with every candidate within the half copy's proven error bound re-scored
@@ -26,28 +26,32 @@ from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 
+from ._arguments import deprecated_arguments
+from ._deprecation import module_aliases
 from ._rwlock import RWLock
 from ._state import to_half
 from .errors import EmptyMemory, InvalidInput
 from .memory import Memory, Trace, as_vectors, top_k_cosine, top_k_dot
 
-__all__ = ["ResolveMode", "MODES", "VectorIndex", "PostingIndex", "resolve_exact", "resolve_indexed",
-           "check_mode", "check_n"]
+__all__ = ["ResolveMode", "RESOLVE_MODES", "VectorIndex", "PostingIndex", "resolve_exact",
+           "resolve_indexed", "check_mode", "check_limit"]
 
 ResolveMode = Literal["indexed", "exact"]
-MODES = ("indexed", "exact")
+#: The resolution modes (``MODES`` before 0.2).
+RESOLVE_MODES = ("indexed", "exact")
 
 
 def check_mode(mode: str) -> str:
-    if mode not in MODES:
+    if mode not in RESOLVE_MODES:
         raise InvalidInput(f"mode: expected 'indexed' or 'exact', got {mode!r}")
     return mode
 
 
-def check_n(n: int) -> int:
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise InvalidInput(f"n: expected an integer >= 1, got {n!r}")
-    return int(n)
+def check_limit(limit: int, name: str = "limit") -> int:
+    """``limit`` as an int, if it is an integer >= 1 (a result count); else InvalidInput."""
+    if isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 1:
+        raise InvalidInput(f"{name}: expected an integer >= 1, got {limit!r}")
+    return int(limit)
 
 
 def _unit_rows(X: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -108,7 +112,7 @@ class VectorIndex:
                 vectors.shape[0] != ids.size:
             raise InvalidInput("VectorIndex.adopt: expected C-contiguous float32 (n, d) for n ids")
         if ids.size > 1 and np.any(np.diff(ids) <= 0):
-            raise InvalidInput("VectorIndex.adopt: ids must ascend")
+            raise InvalidInput("VectorIndex.adopt: expected ascending ids, got ids out of order")
         index = cls(vectors.shape[1], capacity=16)
         _unit_rows(vectors, out=vectors)
         index._ids = ids.copy() if ids.size else np.zeros(16, np.int64)
@@ -143,7 +147,8 @@ class VectorIndex:
         with self._lock.write():
             last = self._ids[self._size - 1] if self._size else 0
             if ids[0] <= last or np.any(np.diff(ids) <= 0):
-                raise InvalidInput("VectorIndex.add: ids must ascend above the ids already held")
+                raise InvalidInput("VectorIndex.add: expected ascending ids above the ids already held, got "
+                                   "ids out of order")
             self._reserve(ids.size)
             s, e = self._size, self._size + ids.size
             self._ids[s:e] = ids
@@ -219,9 +224,10 @@ class VectorIndex:
             rows = self._rows(np.array([doc_id]))
             return None if rows.size == 0 else self._vectors[rows[0]].copy()
 
-    def search(self, query: np.ndarray, n: int,
+    @deprecated_arguments("VectorIndex.search", {"n": "limit"})
+    def search(self, query: np.ndarray, limit: int,
                candidates: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Top ``n`` live documents by cosine with ``query``: ``(ids, similarities)``.
+        """Top ``limit`` live documents by cosine with ``query``: ``(ids, similarities)``.
 
         With ``candidates`` (document ids), only those are scored.
         """
@@ -232,19 +238,19 @@ class VectorIndex:
             if candidates is None:
                 if self._size == 0 or self._size == self._dead:
                     return np.zeros(0, np.int64), np.zeros(0, np.float32)
-                k = min(self._size, n + self._dead)
+                k = min(self._size, limit + self._dead)
                 half = self._half
                 assert half is not None  # built above; once built it is never dropped
                 rows, scores = top_k_cosine(self._vectors[: self._size], q, k,
                                             half=half[: self._size])
                 rows, scores = rows[0], scores[0]
                 live = self._alive[rows]
-                rows, scores = rows[live][:n], scores[live][:n]
+                rows, scores = rows[live][:limit], scores[live][:limit]
                 return self._ids[rows].copy(), scores.astype(np.float32)
             rows = np.unique(self._rows(candidates))  # ascending: id order for ties
             if rows.size == 0:
                 return np.zeros(0, np.int64), np.zeros(0, np.float32)
-            sub_rows, scores = top_k_dot(self._vectors[rows], q, min(n, rows.size))
+            sub_rows, scores = top_k_dot(self._vectors[rows], q, min(limit, rows.size))
             return self._ids[rows[sub_rows[0]]].copy(), scores[0].astype(np.float32)
 
 
@@ -426,17 +432,19 @@ def _follow(parent: dict[int, int], x: int) -> int:
     return x
 
 
-def resolve_exact(index: VectorIndex, vector: np.ndarray, n: int = 10
+@deprecated_arguments("hopmem.resolution.resolve_exact", {"n": "limit"})
+def resolve_exact(index: VectorIndex, vector: np.ndarray, limit: int = 10
                   ) -> tuple[np.ndarray, np.ndarray]:
-    """Exact mode: the ``n`` documents nearest ``vector`` by cosine, best first."""
+    """Exact mode: the ``limit`` documents nearest ``vector`` by cosine, best first."""
     q, single = as_vectors(vector, index.dim, "vector")
     if not single:
         raise InvalidInput(f"vector: expected one vector (d,), got shape {q.shape}")
-    return index.search(q[0], check_n(n))
+    return index.search(q[0], check_limit(limit))
 
 
+@deprecated_arguments("hopmem.resolution.resolve_indexed", {"n": "limit"})
 def resolve_indexed(memory: Memory, index: VectorIndex, vector: np.ndarray,
-                    postings: Callable[[np.ndarray], np.ndarray], n: int = 10
+                    postings: Callable[[np.ndarray], np.ndarray], limit: int = 10
                     ) -> tuple[np.ndarray, np.ndarray]:
     """Indexed mode: documents posted on the locations ``vector`` activates.
 
@@ -446,11 +454,21 @@ def resolve_indexed(memory: Memory, index: VectorIndex, vector: np.ndarray,
     q, single = as_vectors(vector, index.dim, "vector")
     if not single:
         raise InvalidInput(f"vector: expected one vector (d,), got shape {q.shape}")
-    n = check_n(n)
+    limit = check_limit(limit)
     try:
         trace = memory.analyze(q[0], "fast")
     except EmptyMemory:
         return np.zeros(0, np.int64), np.zeros(0, np.float32)
     assert isinstance(trace, Trace)  # one vector: one trace
     candidates = np.asarray(postings(trace.activated), np.int64)
-    return index.search(q[0], n, candidates)
+    return index.search(q[0], limit, candidates)
+
+
+def _check_n(n: int) -> int:
+    """The deprecated ``check_n``: :func:`check_limit` with the old parameter name in errors."""
+    return check_limit(n, "n")
+
+
+#: Names deprecated in 0.2 (removed in 0.3), served with a ``DeprecationWarning``.
+__getattr__ = module_aliases(__name__, {"MODES": ("RESOLVE_MODES", lambda: RESOLVE_MODES),
+                                        "check_n": ("check_limit", lambda: _check_n)})

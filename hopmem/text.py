@@ -38,42 +38,103 @@ from __future__ import annotations
 
 import json
 import threading
-import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from . import recall as _recall
+from ._arguments import deprecated_arguments
 from .centering import Centerer
+from .encoders import Encoder, check_texts, encoder_dim
 from .errors import IncompatibleStore, InvalidInput, NotFound
 from .recall import RecallGate, RecallResult
 
-__all__ = ["CENTERING_FORMAT", "MIN_FIT", "PreparedVectors", "TextCollection"]
+__all__ = ["CENTERING_FORMAT", "MIN_FIT", "PreparedVectors", "StoreCollection", "TextCollection"]
 
 CENTERING_FORMAT = "hopmem.text-centering"
 _CENTERING_VERSION = 1
 #: Texts the first remember() batch must hold to learn the centering mean from.
 MIN_FIT = 16
 
-# One lock per underlying collection object, shared by every TextCollection
-# that wraps it, so learning the mean and the first write are one step in a
-# process. (Across processes the store's own locking applies.)
-_LOCKS: weakref.WeakKeyDictionary[Any, threading.RLock] = weakref.WeakKeyDictionary()
-_LOCKS_GUARD = threading.Lock()
+
+# -- what TextCollection needs from a store collection ------------------------------------------
 
 
-def _lock_for(collection: Any) -> threading.RLock:
-    with _LOCKS_GUARD:
-        try:
-            lock = _LOCKS.get(collection)
-        except TypeError:  # not weak-referenceable: a lock per wrapper
-            return threading.RLock()
-        if lock is None:
-            lock = threading.RLock()
-            _LOCKS[collection] = lock
-        return lock
+class _Document(Protocol):
+    """A stored document: :class:`hopmem.store.Document`."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def vector(self) -> Any: ...
+
+    @property
+    def metadata(self) -> Any: ...
+
+
+class _Documents(Protocol):
+    def get(self, doc_id: int, /) -> _Document: ...
+
+
+class _EncoderRecord(Protocol):
+    """The encoder a database records: :class:`hopmem.store.EncoderInfo`."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def fingerprint(self) -> str | None: ...
+
+
+class _Database(Protocol):
+    @property
+    def encoder(self) -> _EncoderRecord | None: ...
+
+
+class _WriteResult(Protocol):
+    @property
+    def ids(self) -> Any: ...
+
+
+@runtime_checkable
+class StoreCollection(Protocol):
+    """What :class:`TextCollection` uses of a store collection, and nothing more.
+
+    :class:`hopmem.store.Collection` (``db.collection(name)``) is one.
+    ``dim`` is the vectors' length; ``database.encoder`` the encoder record
+    (name, fingerprint) the database was created with, or ``None``;
+    ``centering`` and ``gate`` are persisted JSON slots the text layer owns
+    (read and assigned); ``write(vectors, metadata=...)`` returns an object
+    with the new document ``ids``; ``analyze(vector)`` runs the memory's
+    iterative read (a :class:`hopmem.Trace`); ``stats()`` gives its load
+    (``writes``, ``num_locations``); ``resolve(vector, limit, mode)`` returns
+    up to ``limit`` document hits (with ``id``), best first; and
+    ``documents.get(id)`` returns a stored document (``id``, ``vector``,
+    ``metadata``) or raises :class:`~hopmem.errors.NotFound`.
+    """
+
+    centering: Any
+    gate: Any
+
+    @property
+    def dim(self) -> int: ...
+
+    @property
+    def database(self) -> _Database: ...
+
+    @property
+    def documents(self) -> _Documents: ...
+
+    def write(self, vectors: Any, metadata: Any = None) -> _WriteResult: ...
+
+    def analyze(self, query: Any, /) -> Any: ...
+
+    def stats(self) -> Any: ...
+
+    def resolve(self, vector: Any, limit: int, mode: Any, /) -> Sequence[Any]: ...
 
 
 @dataclass(frozen=True)
@@ -91,19 +152,8 @@ class PreparedVectors:
 
 
 def _check_texts(texts: Any, name: str = "texts") -> list[str]:
-    if isinstance(texts, (str, bytes)):
-        raise InvalidInput(f"{name}: expected a sequence of str, got a single {type(texts).__name__}; "
-                           "wrap it in a list")
-    try:
-        batch = list(texts)
-    except TypeError:
-        raise InvalidInput(f"{name}: expected a sequence of str, got {type(texts).__name__}") from None
-    for i, text in enumerate(batch):
-        if not isinstance(text, str):
-            raise InvalidInput(f"{name}[{i}]: expected a str, got {type(text).__name__}")
-        if not text.strip():
-            raise InvalidInput(f"{name}[{i}]: expected a non-blank text, got {text!r}")
-    return batch
+    """:func:`hopmem.encoders.check_texts`, refusing blank texts (nothing to remember or ask)."""
+    return check_texts(texts, name, allow_blank=False)
 
 
 def _check_text(text: Any, name: str = "text") -> str:
@@ -117,15 +167,21 @@ def _check_text(text: Any, name: str = "text") -> str:
 class TextCollection:
     """A collection that takes and answers text.
 
+    Make one per collection and share it: it holds the lock that makes
+    learning the centering mean and the first write one step, so two threads
+    remembering a first batch through it agree on one mean. The store's
+    ``Collection.remember``, ``recall`` and ``calibrate`` use one it creates
+    and keeps.
+
     Parameters
     ----------
-    collection
-        A store collection (``db.collection(name)``): ``write(vectors,
-        metadata)`` returning ``.ids``, ``analyze``, ``stats``,
-        ``documents.query/get`` and the ``centering`` and ``gate`` slots.
+    collection : StoreCollection
+        A store collection (``db.collection(name)``); :class:`StoreCollection`
+        lists what is used of it.
     encoder : Encoder
-        The encoder the database records; its dimension must be the
-        collection's.
+        The encoder the database records; its ``dim`` must be the
+        collection's. (One with only ``dimension``, hopmem 0.1's protocol, is
+        taken with a ``DeprecationWarning``.)
     text_key : str, optional
         The metadata key the text is stored under.
     min_fit : int, optional
@@ -134,9 +190,12 @@ class TextCollection:
         ``"exact"`` (default) or ``"indexed"`` candidate search.
     """
 
-    def __init__(self, collection: Any, encoder: Any, *, text_key: str = "text",
+    def __init__(self, collection: StoreCollection, encoder: Encoder, *, text_key: str = "text",
                  min_fit: int = MIN_FIT, resolution: str = "exact") -> None:
-        if encoder is None or not hasattr(encoder, "encode"):
+        if not isinstance(collection, StoreCollection):
+            raise InvalidInput(f"collection: expected a store collection (db.collection(name)), got "
+                               f"{type(collection).__name__}")
+        if encoder is None or not callable(getattr(encoder, "encode", None)):
             raise InvalidInput(f"encoder: expected an Encoder, got {type(encoder).__name__}")
         if not isinstance(text_key, str) or not text_key:
             raise InvalidInput(f"text_key: expected a non-empty str, got {text_key!r}")
@@ -144,35 +203,37 @@ class TextCollection:
             raise InvalidInput(f"min_fit: expected an int >= 2, got {min_fit!r}")
         if resolution not in ("exact", "indexed"):
             raise InvalidInput(f"resolution: expected 'exact' or 'indexed', got {resolution!r}")
-        dim = _collection_dim(collection)
-        if dim is not None and int(encoder.dimension) != dim:
+        dim = encoder_dim(encoder)
+        if dim != collection.dim:
             raise IncompatibleStore(
-                f"encoder {getattr(encoder, 'name', encoder)!r} makes {encoder.dimension}-d vectors, "
-                f"the collection holds {dim}-d vectors")
-        recorded = _database_encoder(collection)
-        recorded_fp = getattr(recorded, "fingerprint", None)
-        if recorded_fp is not None and recorded_fp != encoder.fingerprint:
+                f"encoder: expected one making {collection.dim}-d vectors (the collection's), got "
+                f"{encoder.name!r} making {dim}-d vectors")
+        recorded = collection.database.encoder
+        if recorded is not None and recorded.fingerprint is not None \
+                and recorded.fingerprint != encoder.fingerprint:
             raise IncompatibleStore(
-                f"the database records encoder {getattr(recorded, 'name', '?')!r} (fingerprint "
-                f"{recorded_fp}); this encoder {getattr(encoder, 'name', '?')!r} has fingerprint "
+                f"the database records encoder {recorded.name!r} (fingerprint "
+                f"{recorded.fingerprint}); this encoder {encoder.name!r} has fingerprint "
                 f"{encoder.fingerprint}")
         self._collection = collection
         self._encoder = encoder
+        self._dim = dim
         self._text_key = text_key
         self._min_fit = min_fit
         self._resolution = resolution
-        self._lock = _lock_for(collection)
+        # Learning the mean and the first write are one step for everyone using this object.
+        self._lock = threading.RLock()
         self._centerer_cache: tuple[str | None, Centerer] | None = None  # (fingerprint, centerer)
         self._source = _CollectionSource(collection, resolution)
 
     # -- properties ------------------------------------------------------------------
 
     @property
-    def collection(self) -> Any:
+    def collection(self) -> StoreCollection:
         return self._collection
 
     @property
-    def encoder(self) -> Any:
+    def encoder(self) -> Encoder:
         return self._encoder
 
     @property
@@ -183,7 +244,7 @@ class TextCollection:
     @property
     def gate(self) -> RecallGate | None:
         """The calibrated gate stored with the collection, or ``None``."""
-        data = _slot_get(self._collection, "gate")
+        data = self._collection.gate
         if data is None:
             return None
         gate = RecallGate.from_dict(data)
@@ -200,12 +261,12 @@ class TextCollection:
 
     def clear_gate(self) -> None:
         """Remove the stored gate: recalls answer ungated, without bands."""
-        _slot_set(self._collection, "gate", None)
+        self._collection.gate = None
 
     # -- centering ---------------------------------------------------------------------
 
     def _load_centerer(self) -> Centerer | None:
-        data = _slot_get(self._collection, "centering")
+        data = self._collection.centering
         if data is None:
             return None
         if not isinstance(data, Mapping) or data.get("format") != CENTERING_FORMAT:
@@ -217,7 +278,7 @@ class TextCollection:
         if encoder.get("fingerprint") != self._encoder.fingerprint:
             raise IncompatibleStore(
                 f"the collection was written with encoder {encoder.get('name')!r} (fingerprint "
-                f"{encoder.get('fingerprint')!r}); this encoder {getattr(self._encoder, 'name', '?')!r} "
+                f"{encoder.get('fingerprint')!r}); this encoder {self._encoder.name!r} "
                 f"has fingerprint {self._encoder.fingerprint!r}")
         fingerprint = data["centerer"].get("fingerprint")
         if self._centerer_cache is not None and self._centerer_cache[0] == fingerprint:
@@ -227,14 +288,14 @@ class TextCollection:
         return centerer
 
     def _store_centerer(self, centerer: Centerer) -> None:
-        _slot_set(self._collection, "centering", {
+        self._collection.centering = {
             "format": CENTERING_FORMAT,
             "version": _CENTERING_VERSION,
-            "encoder": {"name": getattr(self._encoder, "name", None),
-                        "dimension": int(self._encoder.dimension),
+            "encoder": {"name": self._encoder.name,
+                        "dimension": self._dim,  # the stored format's key
                         "fingerprint": self._encoder.fingerprint},
             "centerer": centerer.to_dict(),
-        })
+        }
         self._centerer_cache = (centerer.fingerprint, centerer)
 
     def _written(self) -> int:
@@ -255,14 +316,14 @@ class TextCollection:
         """
         batch = _check_texts(texts)
         if len(batch) < self._min_fit:
-            raise InvalidInput(f"texts: need at least {self._min_fit} texts to learn a centering mean "
-                               f"from, got {len(batch)}")
+            raise InvalidInput(f"texts: expected at least {self._min_fit} texts to learn a centering "
+                               f"mean from, got {len(batch)}")
         with self._lock:
             if self._load_centerer() is not None:
                 raise IncompatibleStore("the collection already has a centering mean; it is fixed "
                                         "for its lifetime (build a new collection to change it)")
             self._refuse_uncentred_contents()
-            centerer = Centerer(int(self._encoder.dimension)).fit(self._encode(batch)).freeze()
+            centerer = Centerer(self._dim).fit(self._encode(batch)).freeze()
             self._store_centerer(centerer)
             return centerer
 
@@ -275,8 +336,9 @@ class TextCollection:
 
     def _encode(self, texts: list[str]) -> np.ndarray:
         vectors = np.asarray(self._encoder.encode(texts), dtype=np.float32)
-        if vectors.shape != (len(texts), int(self._encoder.dimension)):
-            raise InvalidInput(f"encoder returned shape {vectors.shape} for {len(texts)} texts")
+        if vectors.shape != (len(texts), self._dim):
+            raise InvalidInput(f"encoder.encode: expected shape {(len(texts), self._dim)}, got "
+                               f"{vectors.shape}")
         return vectors
 
     def prepare(self, texts: Sequence[str]) -> PreparedVectors:
@@ -284,16 +346,17 @@ class TextCollection:
         batch = _check_texts(texts)
         centerer = self._load_centerer()
         if centerer is None:
-            raise InvalidInput("the collection has no centering mean yet: remember() a first batch of "
-                               f"at least {self._min_fit} texts, or call fit_centering()")
+            raise InvalidInput("collection: expected a centering mean, got a collection with no centering "
+                               f"mean yet (remember() a first batch of at least {self._min_fit} texts, or "
+                               "call fit_centering())")
         return self._prepare_with(batch, centerer)
 
     def _prepare_with(self, batch: list[str], centerer: Centerer) -> PreparedVectors:
         vectors = centerer.transform(self._encode(batch)) if batch else np.zeros(
-            (0, int(self._encoder.dimension)), np.float32)
+            (0, self._dim), np.float32)
         fingerprint = centerer.fingerprint
         if fingerprint is None:  # as transform() says for a non-empty batch
-            raise InvalidInput("this Centerer is not fitted: call fit() or partial_fit() first")
+            raise InvalidInput("centerer: expected a fitted Centerer, got an unfitted one (call fit() first)")
         return PreparedVectors(vectors, self._encoder.fingerprint, fingerprint)
 
     def _check_prepared(self, prepared: PreparedVectors, centerer: Centerer | None) -> None:
@@ -328,12 +391,13 @@ class TextCollection:
             if not isinstance(item, Mapping):
                 raise InvalidInput(f"metadata[{i}]: expected a dict or None, got {type(item).__name__}")
             if self._text_key in item:
-                raise InvalidInput(f"metadata[{i}]: the key {self._text_key!r} is reserved for the text")
+                raise InvalidInput(f"metadata[{i}]: expected a dict without the key {self._text_key!r} "
+                                   "(reserved for the text), got one with it")
             out.append({self._text_key: text, **item})
         try:  # refuse before anything (the centering mean included) is stored
             json.dumps(out, allow_nan=False)
         except (TypeError, ValueError) as exc:
-            raise InvalidInput(f"metadata: expected JSON values ({exc})") from None
+            raise InvalidInput(f"metadata: expected JSON values, got {exc}") from None
         return out
 
     def remember(self, texts: Sequence[str], metadata: Sequence[Mapping[str, Any] | None] | None = None
@@ -367,12 +431,12 @@ class TextCollection:
                         f"at least {self._min_fit} texts, got {len(batch)}; call fit_centering(sample_texts) "
                         "first to remember fewer")
                 raw = self._encode(batch)
-                centerer = Centerer(int(self._encoder.dimension)).fit(raw).freeze()
+                centerer = Centerer(self._dim).fit(raw).freeze()
                 self._store_centerer(centerer)  # before the write: no vector without its mean
                 vectors = centerer.transform(raw)
             else:
                 vectors = self._prepare_with(batch, centerer).vectors
-            return _write_ids(self._collection, vectors, meta)
+            return self._write(vectors, meta)
 
     def write_prepared(self, prepared: PreparedVectors,
                        metadata: Sequence[Mapping[str, Any] | None]) -> list[int]:
@@ -385,16 +449,22 @@ class TextCollection:
             meta = list(metadata)
             if len(meta) != prepared.vectors.shape[0]:
                 raise InvalidInput(f"metadata: expected {prepared.vectors.shape[0]} entries, got {len(meta)}")
-            return _write_ids(self._collection, prepared.vectors, meta)
+            return self._write(prepared.vectors, meta)
 
     # -- reads ---------------------------------------------------------------------------
 
-    def recall(self, text: str, n: int = 5, *, fusion: str = _recall.DEFAULT_FUSION,
+    def _write(self, vectors: np.ndarray, metadata: list[Any]) -> list[int]:
+        result = self._collection.write(vectors, metadata=metadata)
+        return [int(i) for i in result.ids]
+
+    @deprecated_arguments("TextCollection.recall", {"n": "limit"})
+    def recall(self, text: str, limit: int = 5, *, fusion: str = _recall.DEFAULT_FUSION,
                pool: int | None = None) -> RecallResult:
-        """Recall what the collection holds about ``text``.
+        """Recall what the collection holds about ``text``: at most ``limit`` hits.
 
         Returns a :class:`~hopmem.recall.RecallResult`: fidelity,
         first_contact, banded hits, and whether (and why) it abstained.
+        ``n=`` is the deprecated name of ``limit`` (until hopmem 0.3).
         Abstention is a value: an empty collection abstains with
         ``"empty memory"``, a question below the stored gate with
         ``"below gate (...)"``.
@@ -405,83 +475,61 @@ class TextCollection:
             self._refuse_uncentred_contents()
             return RecallResult(None, None, [], True, "empty memory")
         prepared = self._prepare_with([question], centerer)
-        return self._recall(prepared.vectors[0], n, fusion, pool)
+        return self._recall(prepared.vectors[0], limit, fusion, pool)
 
-    def recall_prepared(self, prepared: PreparedVectors, n: int = 5, *,
+    @deprecated_arguments("TextCollection.recall_prepared", {"n": "limit"})
+    def recall_prepared(self, prepared: PreparedVectors, limit: int = 5, *,
                         fusion: str = _recall.DEFAULT_FUSION, pool: int | None = None) -> RecallResult:
         """:meth:`recall` for one vector from :meth:`prepare` (refuses another mean)."""
         self._check_prepared(prepared, self._load_centerer())
         if prepared.vectors.shape[0] != 1:
             raise InvalidInput(f"prepared: expected one vector, got {prepared.vectors.shape[0]}")
-        return self._recall(prepared.vectors[0], n, fusion, pool)
+        return self._recall(prepared.vectors[0], limit, fusion, pool)
 
-    def _recall(self, vector: np.ndarray, n: int, fusion: str, pool: int | None) -> RecallResult:
-        return _recall.recall_vector(self._source, vector, n, gate=self.gate, fusion=fusion, pool=pool,
-                                     text_key=self._text_key)
+    def _recall(self, vector: np.ndarray, limit: int, fusion: str, pool: int | None) -> RecallResult:
+        return _recall.recall_vector(self._source, vector, limit=limit, gate=self.gate, fusion=fusion,
+                                     pool=pool, text_key=self._text_key)
 
-    def calibrate(self, related_texts: Sequence[str], unrelated_texts: Sequence[str],
-                  error_budget: float = 0.0, *, statistic: str = "confidence",
-                  holdout_fraction: float = 0.3, seed: int = 0) -> RecallGate:
+    @deprecated_arguments("TextCollection.calibrate",
+                          {"related_texts": "related", "unrelated_texts": "unrelated",
+                           "holdout_fraction": "holdout"}, positional=("error_budget",))
+    def calibrate(self, related: Sequence[str], unrelated: Sequence[str], *, error_budget: float = 0.0,
+                  holdout: float = 0.3, seed: int = 0, statistic: str = "confidence") -> RecallGate:
         """Calibrate and store the gate later recalls use.
 
-        ``related_texts`` are held-out questions this collection should answer
-        (not the remembered texts themselves), ``unrelated_texts`` questions
-        it should abstain on; at least two of each. See
-        :func:`hopmem.recall.calibrate_gate` for the rule and the held-out
-        figures on the returned gate.
+        ``related`` are held-out questions this collection should answer
+        (not the remembered texts themselves), ``unrelated`` questions it
+        should abstain on; at least two of each. ``error_budget``,
+        ``holdout`` and ``seed`` are those of :func:`hopmem.gates.calibrate`;
+        ``statistic`` is the score the gate compares (:data:`hopmem.recall.STATISTICS`).
+        See :func:`hopmem.recall.calibrate_gate` for the rule and the held-out
+        figures on the returned gate. The names of the previous signature
+        (``related_texts``, ``unrelated_texts``, ``holdout_fraction``, and
+        ``error_budget`` by position) still work, with a
+        ``DeprecationWarning``, until hopmem 0.3.
         """
-        related = _check_texts(related_texts, "related_texts")
-        unrelated = _check_texts(unrelated_texts, "unrelated_texts")
+        related_batch = _check_texts(related, "related")
+        unrelated_batch = _check_texts(unrelated, "unrelated")
         centerer = self._load_centerer()
         if centerer is None:
-            raise InvalidInput("cannot calibrate an empty collection: remember() its texts first")
-        rel = self._prepare_with(related, centerer).vectors
-        irr = self._prepare_with(unrelated, centerer).vectors
+            raise InvalidInput("collection: expected remembered texts to calibrate against, got an empty "
+                               "collection (remember() its texts first)")
+        rel = self._prepare_with(related_batch, centerer).vectors
+        irr = self._prepare_with(unrelated_batch, centerer).vectors
         gate = _recall.calibrate_gate(
-            self._source, rel, irr, error_budget, statistic=statistic, holdout_fraction=holdout_fraction,
-            seed=seed, encoder=self._encoder.fingerprint, centering=centerer.fingerprint)
-        _slot_set(self._collection, "gate", gate.to_dict())
+            self._source, rel, irr, error_budget=error_budget, holdout=holdout, seed=seed,
+            statistic=statistic, encoder=self._encoder.fingerprint, centering=centerer.fingerprint)
+        self._collection.gate = gate.to_dict()
         return gate
 
     def __repr__(self) -> str:
-        return (f"TextCollection({self._collection!r}, encoder={getattr(self._encoder, 'name', '?')!r})")
-
-
-# -- the store interface, in one place ---------------------------------------------------
-
-
-def _collection_dim(collection: Any) -> int | None:
-    for name in ("dim", "dimension"):
-        value = getattr(collection, name, None)
-        if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-            return int(value)
-    return None
-
-
-def _slot_get(collection: Any, name: str) -> Any:
-    """A persisted opaque JSON slot (``collection.centering`` / ``collection.gate``)."""
-    return getattr(collection, name)
-
-
-def _slot_set(collection: Any, name: str, value: Any) -> None:
-    setattr(collection, name, value)
-
-
-def _database_encoder(collection: Any) -> Any:
-    """The encoder record of the collection's database (name, dimension, fingerprint), if any."""
-    database = getattr(collection, "database", None)
-    return getattr(database, "encoder", None) if database is not None else None
-
-
-def _write_ids(collection: Any, vectors: np.ndarray, metadata: list[Any]) -> list[int]:
-    result = collection.write(vectors, metadata=metadata)
-    return [int(i) for i in result.ids]
+        return f"TextCollection({self._collection!r}, encoder={self._encoder.name!r})"
 
 
 class _CollectionSource:
     """A store collection seen as a :class:`hopmem.recall.RecallSource`."""
 
-    def __init__(self, collection: Any, resolution: str) -> None:
+    def __init__(self, collection: StoreCollection, resolution: str) -> None:
         self._collection = collection
         self._resolution = resolution
 
@@ -491,17 +539,17 @@ class _CollectionSource:
     def stats(self) -> Any:
         return self._collection.stats()
 
-    def nearest_documents(self, vector: np.ndarray, n: int) -> list[int]:
-        found = self._collection.documents.query(vector, n, mode=self._resolution)
+    def nearest_documents(self, vector: np.ndarray, limit: int) -> list[int]:
+        found = self._collection.resolve(vector, limit, self._resolution)
         return [int(hit.id) for hit in found]
 
     def fetch_documents(self, ids: Sequence[int]) -> tuple[list[int], np.ndarray, list[Any]]:
-        docs = []
+        docs: list[_Document] = []
         for doc_id in ids:
             try:
                 docs.append(self._collection.documents.get(int(doc_id)))
             except NotFound:  # deleted since the query: not a candidate any more
                 continue
         vectors = np.stack([np.asarray(doc.vector, dtype=np.float32) for doc in docs]) if docs else \
-            np.zeros((0, _collection_dim(self._collection) or 0), np.float32)
+            np.zeros((0, self._collection.dim), np.float32)
         return [int(doc.id) for doc in docs], vectors, [doc.metadata for doc in docs]

@@ -44,7 +44,7 @@ class TestHashingEncoder:
 
     def test_attributes(self):
         enc = HashingEncoder()
-        assert enc.dimension == 384
+        assert enc.dim == 384
         assert enc.name == "hashing-384"
         assert HashingEncoder(12).name == "hashing-12"
 
@@ -64,7 +64,7 @@ class TestHashingEncoder:
             HashingEncoder().encode("just one text")
 
     def test_non_string_item_is_refused(self):
-        with pytest.raises(InvalidInput, match=r"texts\[1\] must be a str, got int"):
+        with pytest.raises(InvalidInput, match=r"texts\[1\]: expected a str, got int"):
             HashingEncoder().encode(["fine", 3])
         with pytest.raises(ValueError):  # InvalidInput is a ValueError
             HashingEncoder().encode([b"bytes"])
@@ -179,7 +179,7 @@ class _GridEncoder:
 
     def __init__(self, values: np.ndarray) -> None:
         self.values = values
-        self.dimension = values.shape[1]
+        self.dim = values.shape[1]
 
     def encode(self, texts):
         return self.values[: len(list(texts))]
@@ -217,7 +217,7 @@ class TestFingerprint:
         assert fingerprint_of(_GridEncoder(zeros)) == fingerprint_of(_GridEncoder(-zeros - 1e-9))
 
     def test_bad_encoder_output(self):
-        with pytest.raises(InvalidInput, match="must return shape"):
+        with pytest.raises(InvalidInput, match="expected shape"):
             fingerprint_of(_GridEncoder(np.zeros((2, 4))))
         bad = np.zeros((len(PROBE_STRINGS), 4))
         bad[1, 1] = np.nan
@@ -258,7 +258,7 @@ class TestSentenceTransformerFallbacks:
         try:
             enc = default_encoder()
             assert isinstance(enc, HashingEncoder)
-            assert enc.dimension == 384
+            assert enc.dim == 384
         finally:
             default_encoder.cache_clear()
 
@@ -280,7 +280,7 @@ def minilm() -> SentenceTransformerEncoder:
 
 def test_minilm_real_model(minilm):
     assert minilm.name == "all-MiniLM-L6-v2"
-    assert minilm.dimension == 384
+    assert minilm.dim == 384
     a, b, c = minilm.encode(
         [
             "A man is playing a guitar on stage.",

@@ -82,11 +82,11 @@ class TestRoc:
         assert area == pytest.approx(brute_force_auc(relevant, irrelevant), abs=1e-12)
 
 
-def fitting_parts(relevant, irrelevant, holdout_fraction=0.3, seed=0):
+def fitting_parts(relevant, irrelevant, holdout=0.3, seed=0):
     """The split calibrate() makes, rebuilt from the documented rule."""
     rng = np.random.default_rng(seed)
-    rel_fit, rel_held = gates._split(np.asarray(relevant, float), holdout_fraction, rng)
-    irr_fit, irr_held = gates._split(np.asarray(irrelevant, float), holdout_fraction, rng)
+    rel_fit, rel_held = gates._split(np.asarray(relevant, float), holdout, rng)
+    irr_fit, irr_held = gates._split(np.asarray(irrelevant, float), holdout, rng)
     return rel_fit, rel_held, irr_fit, irr_held
 
 
@@ -121,7 +121,7 @@ class TestOverlapping:
     )
     def test_budget_respected_with_maximal_coverage(self, n_rel, n_irr, budget, holdout, seed):
         relevant, irrelevant = tied(n_rel, n_irr, shift=0.5, seed=seed)
-        gate = calibrate(relevant, irrelevant, budget, holdout_fraction=holdout, seed=seed)
+        gate = calibrate(relevant, irrelevant, error_budget=budget, holdout=holdout, seed=seed)
         if gate.separated:
             assert irrelevant.max() < gate.tau <= relevant.min()
             return
@@ -141,16 +141,16 @@ class TestOverlapping:
 
     def test_larger_budget_lowers_tau(self):
         relevant, irrelevant = overlapping(seed=4)
-        taus = [calibrate(relevant, irrelevant, b).tau for b in (0.0, 0.05, 0.2, 0.5)]
+        taus = [calibrate(relevant, irrelevant, error_budget=b).tau for b in (0.0, 0.05, 0.2, 0.5)]
         assert taus == sorted(taus, reverse=True)
 
     def test_deterministic_given_seed(self):
         relevant, irrelevant = overlapping(seed=5)
-        assert calibrate(relevant, irrelevant, 0.1, seed=9) == calibrate(relevant, irrelevant, 0.1, seed=9)
+        assert calibrate(relevant, irrelevant, error_budget=0.1, seed=9) == calibrate(relevant, irrelevant, error_budget=0.1, seed=9)
 
     def test_no_holdout(self):
         relevant, irrelevant = overlapping(seed=6)
-        gate = calibrate(relevant, irrelevant, 0.1, holdout_fraction=0.0)
+        gate = calibrate(relevant, irrelevant, error_budget=0.1, holdout=0.0)
         assert gate.holdout_coverage is None and gate.holdout_error_rate is None
         assert gate.error_rate == np.mean(irrelevant >= gate.tau) <= 0.1
 
@@ -160,7 +160,7 @@ class TestOverlapping:
         assert gate.holdout_coverage is not None
 
     def test_no_relevant_score_above_the_barrier(self):
-        gate = calibrate([0.1, 0.2, 0.3], [0.9, 0.8, 0.7], holdout_fraction=0.0)
+        gate = calibrate([0.1, 0.2, 0.3], [0.9, 0.8, 0.7], holdout=0.0)
         assert gate.coverage == 0.0 and gate.error_rate == 0.0
         assert gate.tau > 0.9
         assert gate.bands == Bands(vivid=gate.tau, clear=gate.tau)
@@ -172,8 +172,8 @@ class TestMinCoverage:
            st.integers(0, 1000))
     def test_floor_held_and_tau_never_above_the_budgets(self, n_rel, n_irr, budget, floor, holdout, seed):
         relevant, irrelevant = tied(n_rel, n_irr, shift=0.3, seed=seed)
-        gate = calibrate(relevant, irrelevant, budget, min_coverage=floor, holdout_fraction=holdout, seed=seed)
-        plain = calibrate(relevant, irrelevant, budget, holdout_fraction=holdout, seed=seed)
+        gate = calibrate(relevant, irrelevant, error_budget=budget, min_coverage=floor, holdout=holdout, seed=seed)
+        plain = calibrate(relevant, irrelevant, error_budget=budget, holdout=holdout, seed=seed)
         assert gate.tau <= plain.tau  # the floor only ever lowers tau
         rel_fit, _, irr_fit, _ = fitting_parts(relevant, irrelevant, holdout, seed)
         assert gate.coverage == np.mean(rel_fit >= gate.tau) >= floor - 1e-12
@@ -185,14 +185,14 @@ class TestMinCoverage:
 
     def test_zero_floor_changes_nothing(self):
         relevant, irrelevant = overlapping(seed=7)
-        assert calibrate(relevant, irrelevant, 0.1, min_coverage=0.0) == calibrate(relevant, irrelevant, 0.1)
+        assert calibrate(relevant, irrelevant, error_budget=0.1, min_coverage=0.0) == calibrate(relevant, irrelevant, error_budget=0.1)
 
     def test_floor_wins_over_the_budget_on_scores_that_do_not_separate(self):
         rng = np.random.default_rng(8)
         relevant, irrelevant = rng.normal(0.0, 1.0, 200), rng.normal(0.0, 1.0, 100)  # AUC about 0.5
-        plain = calibrate(relevant, irrelevant, 0.25, holdout_fraction=0.0)
+        plain = calibrate(relevant, irrelevant, error_budget=0.25, holdout=0.0)
         assert plain.coverage < 0.4 and plain.error_rate <= 0.25
-        gate = calibrate(relevant, irrelevant, 0.25, min_coverage=0.9, holdout_fraction=0.0)
+        gate = calibrate(relevant, irrelevant, error_budget=0.25, min_coverage=0.9, holdout=0.0)
         assert gate.coverage == 0.9
         assert gate.error_rate > 0.25  # the budget gave way
         assert np.sort(relevant)[19] < gate.tau <= np.sort(relevant)[20]
@@ -217,7 +217,7 @@ class TestBands:
         assert gate.band(0.2) == "vague"
 
     def test_vivid_below_clear_is_refused(self):
-        with pytest.raises(InvalidInput, match="vivid must be >= clear"):
+        with pytest.raises(InvalidInput, match="vivid: expected a number >= clear"):
             Bands(vivid=0.5, clear=0.6)
         with pytest.raises(InvalidInput, match="vivid"):
             Bands(vivid=float("nan"), clear=0.6)
@@ -254,9 +254,9 @@ class TestSerialisation:
     def test_round_trip_through_json(self):
         relevant, irrelevant = overlapping(seed=7)
         for gate in (
-            calibrate(relevant, irrelevant, 0.1, writes=500, locations=31),
+            calibrate(relevant, irrelevant, error_budget=0.1, writes=500, locations=31),
             calibrate([0.9, 0.8], [0.1, 0.2]),
-            calibrate(relevant, irrelevant, holdout_fraction=0.0),
+            calibrate(relevant, irrelevant, holdout=0.0),
         ):
             restored = Gate.from_dict(json.loads(json.dumps(gate.to_dict())))
             assert restored == gate
@@ -288,17 +288,17 @@ class TestBadInput:
     @pytest.mark.parametrize(
         "kwargs, match",
         [
-            ({"relevant_scores": [0.5]}, "relevant_scores must hold at least 2"),
-            ({"irrelevant_scores": []}, "irrelevant_scores must hold at least 2"),
-            ({"relevant_scores": [[0.5, 0.6]]}, "relevant_scores must be 1-D"),
-            ({"relevant_scores": [0.5, float("nan")]}, "relevant_scores must be finite"),
-            ({"irrelevant_scores": [0.1, float("inf")]}, "irrelevant_scores must be finite"),
-            ({"relevant_scores": ["a", "b"]}, "relevant_scores must hold real numbers"),
+            ({"related": [0.5]}, "related: expected at least 2"),
+            ({"unrelated": []}, "unrelated: expected at least 2"),
+            ({"related": [[0.5, 0.6]]}, "related: expected a 1-D array"),
+            ({"related": [0.5, float("nan")]}, "related: expected finite"),
+            ({"unrelated": [0.1, float("inf")]}, "unrelated: expected finite"),
+            ({"related": ["a", "b"]}, "related: expected real numbers"),
             ({"error_budget": 1.0}, "error_budget"),
             ({"error_budget": -0.1}, "error_budget"),
             ({"error_budget": float("nan")}, "error_budget"),
             ({"error_budget": "0.1"}, "error_budget"),
-            ({"holdout_fraction": 1.0}, "holdout_fraction"),
+            ({"holdout": 1.0}, "holdout"),
             ({"min_coverage": 1.5}, "min_coverage"),
             ({"min_coverage": -0.1}, "min_coverage"),
             ({"min_coverage": float("nan")}, "min_coverage"),
@@ -308,7 +308,7 @@ class TestBadInput:
         ],
     )
     def test_refused(self, kwargs, match):
-        arguments = {"relevant_scores": [0.9, 0.4, 0.7], "irrelevant_scores": [0.5, 0.1, 0.2], **kwargs}
+        arguments = {"related": [0.9, 0.4, 0.7], "unrelated": [0.5, 0.1, 0.2], **kwargs}
         with pytest.raises(InvalidInput, match=match) as info:
             calibrate(**arguments)
         assert isinstance(info.value, ValueError)
@@ -322,3 +322,27 @@ class TestBadInput:
     def test_admits_needs_a_number(self):
         with pytest.raises(InvalidInput, match="score"):
             calibrate([0.9, 0.8], [0.1, 0.2]).admits("high")
+
+
+class TestDeprecatedNames:
+    """The previous signature's names still work for a release, with a warning."""
+
+    def test_old_keyword_names(self):
+        relevant, irrelevant = [0.9, 0.4, 0.7, 0.8], [0.5, 0.1, 0.2, 0.45]
+        expected = calibrate(relevant, irrelevant, error_budget=0.25, holdout=0.0)
+        with pytest.warns(DeprecationWarning, match="relevant_scores"):
+            got = calibrate(relevant_scores=relevant, irrelevant_scores=irrelevant, error_budget=0.25,
+                            holdout=0.0)
+        assert got == expected
+        with pytest.warns(DeprecationWarning, match="holdout_fraction"):
+            assert calibrate(relevant, irrelevant, error_budget=0.25, holdout_fraction=0.0) == expected
+
+    def test_error_budget_by_position(self):
+        relevant, irrelevant = [0.9, 0.4, 0.7, 0.8], [0.5, 0.1, 0.2, 0.45]
+        with pytest.warns(DeprecationWarning, match="by position"):
+            got = calibrate(relevant, irrelevant, 0.25, holdout=0.0)
+        assert got == calibrate(relevant, irrelevant, error_budget=0.25, holdout=0.0)
+
+    def test_old_and_new_name_together_is_a_type_error(self):
+        with pytest.raises(TypeError):
+            calibrate([0.9, 0.8], [0.1, 0.2], holdout=0.1, holdout_fraction=0.1)

@@ -20,7 +20,7 @@ from hopmem.recall import (
     DEFAULT_MODE,
     FUSIONS,
     TEXT_COLLECTION_CONFIG,
-    Hit,
+    RecallHit,
     RecallGate,
     RecallResult,
     RecallSource,
@@ -177,7 +177,7 @@ class TestRecall:
     def test_documents_deleted_after_the_query_are_left_out(self):
         source = ArraySource(np.eye(3))
         source.deleted = {10}
-        assert [h.id for h in recall_vector(source, np.eye(3)[0], n=3).hits] == [20, 30]
+        assert [h.id for h in recall_vector(source, np.eye(3)[0], limit=3).hits] == [20, 30]
         source.deleted = {10, 20, 30}
         assert recall_vector(source, np.eye(3)[0]).reason == "no candidates"
 
@@ -185,7 +185,7 @@ class TestRecall:
         docs, rng = clusters()
         source = ArraySource(docs)
         q = noisy(docs[5:6], rng, 0.3)[0]
-        result = recall_vector(source, q, n=4)
+        result = recall_vector(source, q, limit=4)
         assert not result.abstained and result.reason is None and not result.gate_stale
         assert len(result.hits) == 4
         assert result.hits[0].id == 60 and result.hits[0].text == "doc 60"
@@ -209,17 +209,17 @@ class TestRecall:
         docs, _ = clusters()
         source = ArraySource(docs)
         for i in (0, 7, 23):
-            hit = recall_vector(source, docs[i], n=1).hits[0]
+            hit = recall_vector(source, docs[i], limit=1).hits[0]
             assert hit.id == (i + 1) * 10 and hit.confidence == pytest.approx(1.0, abs=1e-5)
 
     def test_equal_scores_go_to_the_lower_id(self):
         v = np.eye(4, dtype=np.float32)[0]
         source = ArraySource(np.stack([v, v, v]))
-        assert [h.id for h in recall_vector(source, v, n=3).hits] == [10, 20, 30]
+        assert [h.id for h in recall_vector(source, v, limit=3).hits] == [10, 20, 30]
 
     def test_metadata_without_text(self):
         source = ArraySource(np.eye(3), metadata=["plain string", {"k": 1}, {"text": 5}])
-        hits = recall_vector(source, np.eye(3)[0], n=3).hits
+        hits = recall_vector(source, np.eye(3)[0], limit=3).hits
         by_id = {h.id: h for h in hits}
         assert by_id[10].text is None and by_id[10].metadata == "plain string"
         assert by_id[20].text is None and by_id[20].metadata == {"k": 1}
@@ -227,17 +227,17 @@ class TestRecall:
 
     def test_other_text_key(self):
         source = ArraySource(np.eye(3), metadata=[{"body": "x", "k": 1}] * 3)
-        hit = recall_vector(source, np.eye(3)[0], n=1, text_key="body").hits[0]
+        hit = recall_vector(source, np.eye(3)[0], limit=1, text_key="body").hits[0]
         assert hit.text == "x" and hit.metadata == {"k": 1}
 
     @pytest.mark.parametrize("fusion", FUSIONS)
     def test_every_fusion_rule_answers(self, fusion):
         docs, rng = clusters()
         source = ArraySource(docs)
-        result = recall_vector(source, noisy(docs[3:4], rng, 0.2)[0], n=3, fusion=fusion)
+        result = recall_vector(source, noisy(docs[3:4], rng, 0.2)[0], limit=3, fusion=fusion)
         assert result.hits[0].id == 40 and len(result.hits) == 3
 
-    @pytest.mark.parametrize("kwargs", [dict(n=0), dict(n=True), dict(n=2.0), dict(pool=0),
+    @pytest.mark.parametrize("kwargs", [dict(limit=0), dict(limit=True), dict(limit=2.0), dict(pool=0),
                                         dict(fusion="mean")])
     def test_bad_arguments(self, kwargs):
         with pytest.raises(InvalidInput):
@@ -272,7 +272,7 @@ class TestGate:
         docs, rng = clusters()
         source = ArraySource(docs)
         gate = a_gate(tau=0.3, vivid=0.9)
-        result = recall_vector(source, noisy(docs[2:3], rng, 0.4)[0], n=6, gate=gate)
+        result = recall_vector(source, noisy(docs[2:3], rng, 0.4)[0], limit=6, gate=gate)
         assert not result.abstained
         for hit in result.hits:
             assert hit.band == gate.bands.band(hit.confidence)
@@ -394,8 +394,8 @@ def test_fused_recall_is_at_least_as_good_as_the_question_alone(spread, noise):
     source = ArraySource(docs)
     answers = np.repeat(np.arange(len(docs)), 2)
     questions = noisy(docs[answers], rng, noise)
-    fused = [recall_vector(source, q, n=1).hits[0].id for q in questions]
-    alone = [recall_vector(source, q, n=1, fusion="question").hits[0].id for q in questions]
+    fused = [recall_vector(source, q, limit=1).hits[0].id for q in questions]
+    alone = [recall_vector(source, q, limit=1, fusion="question").hits[0].id for q in questions]
     truth = (answers + 1) * 10
     assert np.mean(np.equal(fused, truth)) >= np.mean(np.equal(alone, truth))
 
@@ -409,7 +409,7 @@ def test_low_beta_reconstruction_drifts_to_cluster_means():
 
     def accuracy(beta, fusion):
         source = ArraySource(docs, beta=beta)
-        return np.mean([recall_vector(source, q, n=1, fusion=fusion).hits[0].id == t
+        return np.mean([recall_vector(source, q, limit=1, fusion=fusion).hits[0].id == t
                         for q, t in zip(questions, truth)])
 
     assert accuracy(5.0, "reconstruction") < 0.6
@@ -418,6 +418,6 @@ def test_low_beta_reconstruction_drifts_to_cluster_means():
 
 
 def test_hit_is_a_plain_value():
-    hit = Hit("t", 1, {}, 0.5, "clear", ("question",))
+    hit = RecallHit("t", 1, {}, 0.5, "clear", ("question",))
     assert hit.to_dict() == {"text": "t", "id": 1, "metadata": {}, "confidence": 0.5,
                              "band": "clear", "sources": ["question"]}

@@ -1,4 +1,4 @@
-"""Every route of docs/HTTP-API.md, in process: statuses, bodies, both route forms."""
+"""Every route of the HTTP API (docs/http.md), in process: statuses, bodies, both route forms."""
 
 from __future__ import annotations
 

@@ -63,7 +63,7 @@ class TestRemember:
             stored = filled.collection.documents.get(i + 1).vector
             np.testing.assert_array_equal(stored, expected[i])
         np.testing.assert_array_equal(filled.prepare(STATEMENTS[:3]).vectors, expected)
-        hit = filled.recall(STATEMENTS[7], n=1).hits[0]
+        hit = filled.recall(STATEMENTS[7], limit=1).hits[0]
         assert hit.id == 8 and hit.confidence == pytest.approx(1.0, abs=1e-5)
 
     def test_mean_is_learned_from_the_first_batch_and_frozen(self, tc):
@@ -88,7 +88,7 @@ class TestRemember:
         with hopmem.open(path, encoder=ENC) as database:
             again = TextCollection(database.collection("c"), ENC)
             assert again.centerer == mean and again.gate == gate
-            assert again.recall(STATEMENTS[0], n=1).hits[0].id == 1
+            assert again.recall(STATEMENTS[0], limit=1).hits[0].id == 1
 
     def test_first_batch_too_small(self, tc):
         with pytest.raises(InvalidInput, match=f"at least {MIN_FIT} texts"):
@@ -101,7 +101,7 @@ class TestRemember:
         assert tc.remember([STATEMENTS[0]]) == [1]
         assert tc.remember([STATEMENTS[1]]) == [2]
         assert tc.centerer == centerer
-        assert tc.recall(STATEMENTS[1], n=1).hits[0].id == 2
+        assert tc.recall(STATEMENTS[1], limit=1).hits[0].id == 2
         with pytest.raises(IncompatibleStore, match="already has a centering mean"):
             tc.fit_centering(RELATED[:MIN_FIT])
         with pytest.raises(InvalidInput):
@@ -134,12 +134,14 @@ class TestRemember:
         tc.remember(STATEMENTS[:16], [{"text": "allowed here"}] * 16)
         assert db.collection("k").documents.get(1).metadata == {"body": STATEMENTS[0],
                                                                "text": "allowed here"}
-        hit = tc.recall(STATEMENTS[0], n=1).hits[0]
+        hit = tc.recall(STATEMENTS[0], limit=1).hits[0]
         assert hit.text == STATEMENTS[0] and hit.metadata == {"text": "allowed here"}
 
     def test_concurrent_first_batches_share_one_mean(self, db):
+        # One TextCollection per collection, shared: it holds the lock.
         coll = db.collection("race")
-        wrappers = [TextCollection(coll, ENC) for _ in range(2)]
+        shared = TextCollection(coll, ENC)
+        wrappers = [shared, shared]
         batches = [STATEMENTS[:24], STATEMENTS[24:]]
         errors = []
 
@@ -177,7 +179,7 @@ class TestRefusals:
             b.recall_prepared(foreign)
         own = b.prepare(["A question about billing?"])
         assert b.write_prepared(own, [{"text": "A question about billing?"}]) == [25]
-        assert b.recall_prepared(own, n=1).hits[0].id == 25
+        assert b.recall_prepared(own, limit=1).hits[0].id == 25
         with pytest.raises(InvalidInput):
             b.write_prepared(own, [])
         with pytest.raises(InvalidInput):
@@ -257,10 +259,10 @@ class TestRecall:
 
     def test_bad_n(self, filled):
         with pytest.raises(InvalidInput):
-            filled.recall("billing", n=0)
+            filled.recall("billing", limit=0)
 
     def test_ungated(self, filled):
-        result = filled.recall(RELATED[0], n=5)
+        result = filled.recall(RELATED[0], limit=5)
         assert not result.abstained and len(result.hits) == 5 and result.reason is None
         assert all(h.band is None for h in result.hits)
         top = result.hits[0]
@@ -269,13 +271,13 @@ class TestRecall:
 
     def test_deleted_documents_are_not_recalled(self, filled):
         filled.collection.documents.delete(8)
-        ids = [h.id for h in filled.recall(STATEMENTS[7], n=5).hits]
+        ids = [h.id for h in filled.recall(STATEMENTS[7], limit=5).hits]
         assert 8 not in ids and len(ids) == 5
 
     def test_indexed_resolution(self, db):
         tc = TextCollection(db.collection("conv"), ENC, resolution="indexed")
         tc.remember(STATEMENTS)
-        assert tc.recall(STATEMENTS[5], n=1).hits[0].id == 6
+        assert tc.recall(STATEMENTS[5], limit=1).hits[0].id == 6
 
     def test_fused_is_at_least_as_good_as_the_question_alone(self, filled):
         """On the shipped data, adding the reconstruction never costs a top-1 answer."""
@@ -283,7 +285,7 @@ class TestRecall:
 
         def accuracy(fusion):
             hits = [filled.recall_prepared(PreparedVectors(v[None], prepared.encoder,
-                                                           prepared.centering), n=1,
+                                                           prepared.centering), limit=1,
                                            fusion=fusion).hits[0] for v in prepared.vectors]
             return np.mean([h.metadata["sid"] == a for h, a in zip(hits, ANSWERS)])
 
@@ -353,7 +355,7 @@ def test_collection_delegates_to_the_text_layer(tmp_path):
         assert coll.remember(STATEMENTS, [{"sid": s} for s in SIDS]) == list(range(1, 49))
         gate = coll.calibrate(RELATED, UNRELATED)
         assert isinstance(gate, RecallGate) and coll.gate == gate.to_dict()
-        result = coll.recall(STATEMENTS[4], n=2)
+        result = coll.recall(STATEMENTS[4], 2)
         assert result.hits[0].id == 5 and result.hits[0].band == "vivid"
         assert coll.recall(UNRELATED[0]).abstained
 

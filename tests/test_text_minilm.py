@@ -57,7 +57,8 @@ class CachedEncoder:
     def __init__(self, encoder):
         self.inner = encoder
         self.name = encoder.name
-        self.dimension = encoder.dimension
+        self.dim = encoder.dim
+        self.dimension = encoder.dim  # the 0.1 protocol's name, for readers of either
         self.fingerprint = encoder.fingerprint
         self.cache: dict[str, np.ndarray] = {}
 
@@ -68,7 +69,7 @@ class CachedEncoder:
             for text, vector in zip(missing, self.inner.encode(missing)):
                 self.cache[text] = vector
         return np.stack([self.cache[t] for t in texts]).astype(np.float32) if texts else \
-            np.zeros((0, self.dimension), np.float32)
+            np.zeros((0, self.dim), np.float32)
 
 
 def load_encoder() -> CachedEncoder:
@@ -157,7 +158,7 @@ class Fold:
 
 def run_fold(tc: TextCollection, fold: str, error_budget: float = 0.0) -> Fold:
     fit_rel, fit_irr, held_rel, held_irr = FOLDS[fold]
-    gate = tc.calibrate([RELATED[i] for i in fit_rel], [UNRELATED[i] for i in fit_irr], error_budget)
+    gate = tc.calibrate([RELATED[i] for i in fit_rel], [UNRELATED[i] for i in fit_irr], error_budget=error_budget)
     rel = tc.prepare([RELATED[i] for i in held_rel])
     irr = tc.prepare([UNRELATED[i] for i in held_irr])
     rel_results = [tc.recall_prepared(one(rel, j)) for j in range(len(held_rel))]
@@ -256,7 +257,7 @@ def test_across_modes_and_betas(db, encoder):
 
 def test_a_recall_reads_well(tc):
     tc.calibrate(RELATED, UNRELATED)
-    result = tc.recall("Which payment provider are we switching our billing to?", n=3)
+    result = tc.recall("Which payment provider are we switching our billing to?", limit=3)
     assert not result.abstained and result.hits[0].metadata["sid"] == "s01"
     assert result.hits[0].band in ("vivid", "clear")
     away = tc.recall("How far away is the Andromeda galaxy?")

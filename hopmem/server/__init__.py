@@ -1,6 +1,6 @@
 """hopmem's HTTP server: HeatherDB's wire API over the embedded store.
 
-``create_app(data_dir, dimension)`` returns the ASGI application;
+``create_app(data_dir, dim)`` returns the ASGI application;
 ``hopmem serve`` (or ``python -m hopmem.server serve``) runs it under uvicorn.
 The server holds no numerics: it validates requests, calls the library in
 worker threads, and maps errors to statuses (``errors.py``). See docs/http.md.

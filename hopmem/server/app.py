@@ -1,4 +1,4 @@
-"""The ASGI application: ``create_app(data_dir, dimension)``.
+"""The ASGI application: ``create_app(data_dir, dim)``.
 
 A Starlette app with one route per entry of :data:`routes.ROUTES` in both
 forms, JSON errors everywhere (unknown routes included), API-key auth, body,
@@ -19,6 +19,10 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from hopmem import __version__
+from hopmem._arguments import deprecated_arguments
+from hopmem.store import DataDir
+
 from .auth import AuthPolicy, KeyStore, is_loopback
 from .errors import HTTPError, error_response
 from .models import Limits
@@ -31,13 +35,9 @@ __all__ = ["create_app", "open_datadir"]
 logger = logging.getLogger("hopmem.server")
 
 
-def open_datadir(root: str | os.PathLike[str]) -> Any:
+def open_datadir(root: str | os.PathLike[str]) -> DataDir:
     """The store's ``DataDir`` over ``root`` (created if missing)."""
     Path(root).mkdir(parents=True, exist_ok=True)
-    try:
-        from hopmem.store import DataDir
-    except ImportError as exc:  # pragma: no cover - the store ships with hopmem
-        raise RuntimeError(f"hopmem.store is not available: {exc}") from exc
     return DataDir(root)
 
 
@@ -53,9 +53,10 @@ class _App(Starlette):
         return HotRoutes(super().build_middleware_stack(), self.routes)
 
 
+@deprecated_arguments("create_app", {"dimension": "dim"})
 def create_app(
     data_dir: str | os.PathLike[str],
-    dimension: int | None = None,
+    dim: int | None = None,
     *,
     limits: Limits | None = None,
     auth: str = "auto",
@@ -67,15 +68,14 @@ def create_app(
 ) -> Starlette:
     """The server for the data directory ``data_dir``.
 
-    ``dimension`` creates the database ``default`` on first start (and must
-    match it afterwards). ``auth`` is ``"auto"`` (keys required off loopback,
+    ``dim`` (``dimension`` before 0.2, deprecated) creates the database
+    ``default`` on first start (and must match it afterwards). ``auth`` is ``"auto"`` (keys required off loopback,
     and on loopback once any key exists), ``"on"`` or ``"off"`` (loopback
     only); ``host`` is the address the server will bind, which decides what
     ``auto`` means. ``datadir`` substitutes the store object (tests).
     """
-    if dimension is not None and (isinstance(dimension, bool) or int(dimension) != dimension
-                                  or dimension < 1):
-        raise ValueError(f"dimension: expected an integer >= 1, got {dimension!r}")
+    if dim is not None and (isinstance(dim, bool) or int(dim) != dim or dim < 1):
+        raise ValueError(f"dim: expected an integer >= 1, got {dim!r}")
     if threads < 1:
         raise ValueError(f"threads: expected an integer >= 1, got {threads!r}")
     limits = limits or Limits()
@@ -85,13 +85,12 @@ def create_app(
     if datadir is None:
         datadir = open_datadir(root)
     state = ServerState(datadir, limits=limits, policy=policy,
-                        default_dimension=None if dimension is None else int(dimension),
+                        default_dim=None if dim is None else int(dim),
                         default_encoder=encoder,
                         threads=threads, shutdown_timeout=shutdown_timeout)
     state.ensure_default()
     state.started = True
 
-    from hopmem import __version__
     handlers = Handlers(state, build_openapi(limits, __version__))
 
     @contextlib.asynccontextmanager
@@ -107,15 +106,15 @@ def create_app(
     async def http_exception(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         if exc.status_code == 404:
-            message = f"no route {request.method} {request.scope.get('path', '')}"
+            message = f"no route {request.method} {request.scope['path']}"
         elif exc.status_code == 405:
-            message = f"method {request.method} not allowed on {request.scope.get('path', '')}"
+            message = f"method {request.method} not allowed on {request.scope['path']}"
         else:
             message = str(exc.detail)
         return error_response(HTTPError(exc.status_code, message, dict(exc.headers or {})))
 
     async def server_error(request: Request, exc: Exception) -> Response:
-        return error_response(exc, request.method, request.scope.get("path", ""))
+        return error_response(exc, request.method, request.scope["path"])
 
     routes = build_routes(handlers)
     app = _App(

@@ -13,6 +13,7 @@ import logging
 import orjson
 from starlette.responses import Response
 
+from hopmem.encoders import EncoderUnavailable
 from hopmem.errors import (
     AlreadyExists,
     DimensionMismatch,
@@ -41,28 +42,16 @@ class HTTPError(Exception):
         self.headers = headers
 
 
-def _encoder_unavailable() -> type[BaseException] | None:
-    try:
-        from hopmem.encoders import EncoderUnavailable
-    except Exception:  # pragma: no cover - encoders is part of the package
-        return None
-    return EncoderUnavailable
-
-
-_EncoderUnavailable = _encoder_unavailable()
-
-# Most specific first: DimensionMismatch is an InvalidInput, IncompatibleStore a StoreError.
-_BY_TYPE: tuple[tuple[type[BaseException], int], ...] = tuple(
-    (exc_type, status) for exc_type, status in (
-        (DimensionMismatch, 400),
-        (EmptyMemory, 400),
-        (InvalidInput, 400),          # includes InvalidConfig
-        (NotFound, 404),
-        (AlreadyExists, 409),
-        (IncompatibleStore, 409),     # opened with a different dimension/config/encoder
-        (_EncoderUnavailable, 503),   # the database's encoder cannot be loaded here
-        (StoreError, 503),            # disk full, I/O failure, corrupt file: not a bug of ours
-    ) if exc_type is not None
+# Most specific first: IncompatibleStore is a StoreError. (DimensionMismatch, an InvalidInput,
+# gets its own message in status_and_message before this table is consulted.)
+_BY_TYPE: tuple[tuple[type[BaseException], int], ...] = (
+    (EmptyMemory, 400),
+    (InvalidInput, 400),          # includes InvalidConfig
+    (NotFound, 404),
+    (AlreadyExists, 409),
+    (IncompatibleStore, 409),     # opened with a different dimension/config/encoder
+    (EncoderUnavailable, 503),    # the database's encoder cannot be loaded here
+    (StoreError, 503),            # disk full, I/O failure, corrupt file: not a bug of ours
 )
 
 

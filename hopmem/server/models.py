@@ -10,13 +10,15 @@ Values that overflow float32 are refused by the engine's own validation.
 from __future__ import annotations
 
 import functools
-import re
 import struct
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import orjson
+
+from hopmem.store.names import COLLECTION_NAME_MAX, DATABASE_NAME
+from hopmem.store.names import check_collection_name as _store_check
 
 from .errors import HTTPError
 
@@ -30,15 +32,14 @@ __all__ = [
 STRATEGIES = ("iterative", "fast")
 DOCUMENT_MODES = ("indexed", "exact")
 
-DB_NAME = re.compile(r"[a-z][a-z0-9_-]{0,62}")
+#: The store's rule for database names (:data:`hopmem.store.names.DATABASE_NAME`).
+DB_NAME = DATABASE_NAME
 #: Largest database dimension the server creates (a collection allocates dimension-wide rows).
 MAX_DIMENSION = 65536
 #: Caps on config fields that multiply the cost of every read.
 CONFIG_CAPS = {"t_max": 1000, "k": 100_000}
-#: Longest collection name, in characters.
-MAX_COLLECTION_NAME = 128
-# Control characters (C0, DEL, C1) and path separators (the store's rule; fallback only).
-_BAD_COLLECTION_CHARS = re.compile(r"[\x00-\x1f\x7f-\x9f/\\]")
+#: Longest collection name, in characters (the store's rule).
+MAX_COLLECTION_NAME = COLLECTION_NAME_MAX
 _NUMBER_TYPES = (float, int)
 
 
@@ -67,7 +68,7 @@ def bad(message: str) -> HTTPError:
 
 def check_db_name(name: str) -> str:
     if not DB_NAME.fullmatch(name):
-        raise bad(f"database name: expected [a-z][a-z0-9_-]{{0,62}}, got {name[:80]!r}")
+        raise bad(f"database name: expected {DB_NAME.pattern}, got {name[:80]!r}")
     return name
 
 
@@ -84,28 +85,6 @@ def _valid_collection_name(name: str) -> str:
     # Remembers the names that passed: a hot route checks the same few on every
     # request. A name that fails raises, and is not remembered.
     return _store_check(name)
-
-
-def _check_collection_name(name: Any) -> str:
-    if not isinstance(name, str):
-        raise bad(f"collection name: expected a string, got {_kind(name)}")
-    if not name or len(name) > MAX_COLLECTION_NAME:
-        raise bad(f"collection name: expected 1 to {MAX_COLLECTION_NAME} characters, "
-                  f"got {len(name)}")
-    if name in (".", "..") or name.strip() != name:
-        raise bad(f"collection name: {name!r} is not allowed (no '.', '..', or "
-                  "leading/trailing whitespace)")
-    m = _BAD_COLLECTION_CHARS.search(name)
-    if m:
-        raise bad(f"collection name: no control characters or path separators allowed, "
-                  f"got {m.group()!r} at position {m.start()}")
-    return name
-
-
-try:
-    from hopmem.store.names import check_collection_name as _store_check
-except ImportError:  # pragma: no cover - the store ships with hopmem
-    _store_check = _check_collection_name
 
 
 # -- bodies --------------------------------------------------------------------------------
@@ -167,8 +146,8 @@ def _check_numbers(row: Any, name: str) -> list:
     return row
 
 
-def _check_dim(row: list | np.ndarray, dim: int | None, name: str) -> None:
-    if dim is not None and len(row) != dim:
+def _check_dim(row: list | np.ndarray, dim: int, name: str) -> None:
+    if len(row) != dim:
         raise HTTPError(400, f"dimension mismatch: expected {dim}, got {len(row)}")
 
 
@@ -203,7 +182,7 @@ def _packer(n: int) -> struct.Struct:
     return struct.Struct(f"{n}d")
 
 
-def vector(body: dict[str, Any], name: str, dim: int | None) -> np.ndarray:
+def vector(body: dict[str, Any], name: str, dim: int) -> np.ndarray:
     """One vector: a non-empty array of numbers of the database's dimension.
 
     Converted once, here: the library then takes the array as it is instead of
@@ -223,7 +202,7 @@ def vector(body: dict[str, Any], name: str, dim: int | None) -> np.ndarray:
     return narrow if np.isfinite(narrow).all() else values
 
 
-def vectors(body: dict[str, Any], name: str, dim: int | None, max_batch: int) -> list[list]:
+def vectors(body: dict[str, Any], name: str, dim: int, max_batch: int) -> list[list]:
     """A batch: a non-empty array of vectors, at most ``max_batch`` of them."""
     rows = field(body, name)
     if not isinstance(rows, list):

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .models import MAX_COLLECTION_NAME, Limits
+from .models import DB_NAME, MAX_COLLECTION_NAME, Limits
 
 __all__ = ["build_openapi"]
+
+_DB_NAME_PATTERN = f"^{DB_NAME.pattern}$"  # the store's rule, anchored as JSON Schema wants
 
 NUMBER = {"type": "number"}
 INTEGER = {"type": "integer"}
@@ -109,7 +111,7 @@ def _operations(limits: Limits) -> dict[str, dict[str, Any]]:
         "create_database": {
             "summary": "Create a database (needs a key for all databases)",
             "request": _obj(["name", "dimension"], {
-                "name": {"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,62}$"},
+                "name": {"type": "string", "pattern": _DB_NAME_PATTERN},
                 "dimension": {"type": "integer", "minimum": 1, "maximum": 65536},
                 "encoder": {"type": ["string", "null"], "enum": ["hashing", "minilm", None],
                             "description": "Text encoder recorded for the text routes."},
@@ -289,13 +291,19 @@ _STATUS_TEXT = {400: "Bad request", 401: "Missing or invalid API key",
                 409: "Conflict", 413: "Body too large", 503: "Unavailable or timed out"}
 
 
-def build_openapi(limits: Limits, version: str = "0.1.0") -> dict[str, Any]:
+def build_openapi(limits: Limits, version: str | None = None) -> dict[str, Any]:
+    """The document; ``version`` defaults to hopmem's own."""
+    from hopmem import __version__
+
     from .routes import ROUTES
+
+    if version is None:
+        version = __version__
 
     ops = _operations(limits)
     paths: dict[str, dict[str, Any]] = {}
     db_param = {"name": "db", "in": "path", "required": True,
-                "schema": {"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,62}$"}}
+                "schema": {"type": "string", "pattern": _DB_NAME_PATTERN}}
     c_param = {"name": "c", "in": "path", "required": True,
                "schema": {"type": "string", "minLength": 1, "maxLength": MAX_COLLECTION_NAME}}
     id_param = {"name": "id", "in": "path", "required": True, "schema": {"type": "integer"}}

@@ -1,4 +1,4 @@
-"""The routes: HTTP-API.md, each in the scoped form ``/db/{db}/...`` and the legacy form.
+"""The routes of the HTTP API (docs/http.md), each in the scoped form ``/db/{db}/...`` and the legacy form.
 
 Every handler follows the same steps: authenticate (401), check the database
 name (400) and the key's scope (403), read and validate the body (413, 400),
@@ -23,11 +23,12 @@ from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hopmem.config import MemoryConfig
+from hopmem.store import CollectionStats, Document, DocumentHit
 
 from . import models as m
 from .auth import ALL, token_from_headers
 from .errors import HTTPError, error_response, json_response
-from .state import DEFAULT_DB, DbHandle, ServerState, as_dict
+from .state import DEFAULT_DB, DbHandle, ServerState
 from .text_routes import ENCODER_CHOICES, make_encoder
 
 __all__ = ["build_routes", "ROUTES", "RouteSpec", "HotRoutes", "HOT"]
@@ -127,41 +128,31 @@ def _trace(t: Any) -> dict[str, Any]:
     }
 
 
-def _document(doc: Any) -> dict[str, Any]:
-    if isinstance(doc, dict):
-        return {"id": int(doc["id"]), "metadata": doc.get("metadata")}
+def _document(doc: Document) -> dict[str, Any]:
     return {"id": int(doc.id), "metadata": doc.metadata}
 
 
-def _hit(hit: Any) -> dict[str, Any]:
-    if isinstance(hit, dict):
-        return {"id": int(hit["id"]), "similarity": float(hit["similarity"]),
-                "metadata": hit.get("metadata")}
+def _hit(hit: DocumentHit) -> dict[str, Any]:
     return {"id": int(hit.id), "similarity": float(hit.similarity), "metadata": hit.metadata}
 
 
-def _stats(raw: Any) -> dict[str, Any]:
-    s = as_dict(raw)
-    total = s.get("total_weight", s.get("total_writes", 0.0))
+def _stats(stats: CollectionStats) -> dict[str, Any]:
+    """HeatherDB's stats record: its field names (``total_writes`` is the total weight)."""
+    s = stats.to_dict()
     return {
-        "num_locations": int(s.get("num_locations", 0)),
-        "total_writes": float(total),
-        "current_eta": float(s.get("current_eta", 0.0)),
-        "avg_write_count": float(s.get("avg_write_count", 0.0)),
-        "max_write_count": float(s.get("max_write_count", 0.0)),
-        "writes": int(s.get("writes", 0)),
-        "documents": int(s.get("documents", 0) or 0),
+        "num_locations": int(s["num_locations"]),
+        "total_writes": float(s["total_weight"]),
+        "current_eta": float(s["current_eta"]),
+        "avg_write_count": float(s["avg_write_count"]),
+        "max_write_count": float(s["max_write_count"]),
+        "writes": int(s["writes"]),
+        "documents": int(s["documents"]),
     }
 
 
 def _database_info(db: Any) -> dict[str, Any]:
-    info = dict(as_dict(db.info()))
-    if "dimension" not in info and "dim" in info:
-        info["dimension"] = info.pop("dim")
-    cols = info.get("collections")
-    if isinstance(cols, (set, frozenset, tuple)):
-        info["collections"] = sorted(cols)
-    return info
+    """``Database.info()``: already the wire's record (``dimension``, sorted ``collections``)."""
+    return dict(db.info())
 
 
 class Handlers:
@@ -235,8 +226,8 @@ class Handlers:
             await self.database(ctx)
 
         def probe() -> str | None:
-            root = getattr(state.datadir, "root", None)
-            if root is not None and not os.access(root, os.W_OK):
+            root = state.datadir.root
+            if not os.access(root, os.W_OK):
                 return f"data directory {str(root)!r} is not writable"
             state.datadir.list()
             return None
@@ -259,14 +250,8 @@ class Handlers:
     async def list_databases(self, ctx: Ctx) -> Any:
         state = self.state
 
-        def names() -> list[str]:
-            out = []
-            for item in state.datadir.list():
-                out.append(item if isinstance(item, str) else as_dict(item)["name"])
-            return out
-
         result = []
-        for name in await state.run(names):
+        for name in await state.run(state.datadir.list):
             if ctx.scope not in (None, ALL) and name != ctx.scope:
                 continue
             try:
@@ -367,13 +352,13 @@ class Handlers:
         body = await self.body(ctx)
         handle = await self.database(ctx)
         name = ctx.collection_name
-        rows = m.vectors(body, "vectors", handle.dimension, self.limits.max_batch)
+        rows = m.vectors(body, "vectors", handle.dim, self.limits.max_batch)
         metadata = m.metadata_list(body, len(rows))
         coll = await self.state.collection(handle, name, create=True)
         async with self.state.mutating(ctx.db, name):
             result = await self.state.run_to_end(coll.write, rows, metadata)
-        ids = getattr(result, "ids", None)
-        if ids is None:
+        ids = result.ids
+        if ids is None:  # a write without metadata creates no document
             return {"count": int(result.count)}
         return {"count": int(result.count), "ids": _ids(ids)}
 
@@ -381,7 +366,7 @@ class Handlers:
         body = await self.body(ctx)
         handle = await self.database(ctx)
         name = ctx.collection_name
-        query = m.vector(body, "query", handle.dimension)
+        query = m.vector(body, "query", handle.dim)
         strategy = m.strategy(body)
         coll = await self.state.collection(handle, name, create=True)
         return coll, query, strategy
@@ -399,7 +384,7 @@ class Handlers:
         body = await self.body(ctx)
         handle = await self.database(ctx)
         name = ctx.collection_name
-        queries = m.vectors(body, "queries", handle.dimension, self.limits.max_batch)
+        queries = m.vectors(body, "queries", handle.dim, self.limits.max_batch)
         strategy = m.strategy(body)
         coll = await self.state.collection(handle, name, create=True)
         traces = await self.state.run(coll.analyze, queries, strategy)
@@ -409,7 +394,7 @@ class Handlers:
         body = await self.body(ctx)
         handle = await self.database(ctx)
         name = ctx.collection_name
-        query = m.vector(body, "query", handle.dimension)
+        query = m.vector(body, "query", handle.dim)
         scale = m.optional_number(body, "scale", None)
         coll = await self.state.collection(handle, name, create=True)
         if scale is None:
@@ -424,7 +409,7 @@ class Handlers:
 
     async def config(self, ctx: Ctx) -> Any:
         _, _, coll = await self.collection(ctx, create=False)
-        return {"config": as_dict(coll.config)}
+        return {"config": coll.config.to_dict()}
 
     async def fingerprint(self, ctx: Ctx) -> Any:
         _, _, coll = await self.collection(ctx, create=False)
@@ -435,13 +420,8 @@ class Handlers:
         _, _, coll = await self.collection(ctx, create=False)
 
         def collect() -> list[dict[str, Any]]:
-            snap = coll.snapshot() if hasattr(coll, "snapshot") else None
-            if snap is not None:
-                ids, weights, addresses, counters = (snap.ids, snap.weights, snap.addresses,
-                                                     snap.counters)
-            else:  # pragma: no cover - views are separate reads; fine without concurrent writes
-                ids, weights = coll.ids, coll.weights
-                addresses, counters = (coll.addresses, coll.counters) if full else (None, None)
+            snap = coll.snapshot()  # one consistent copy, however writes interleave
+            ids, weights, addresses, counters = snap.ids, snap.weights, snap.addresses, snap.counters
             if not full:
                 return [{"id": int(i), "write_count": float(w)} for i, w in zip(ids, weights)]
             return [{"id": int(i), "write_count": float(w), "address": a, "counter": c}
@@ -455,9 +435,8 @@ class Handlers:
         _, name, coll = await self.collection(ctx, create=False)
         async with self.state.mutating(ctx.db, name):
             r = await self.state.run_to_end(coll.compress, bound)
-        merges = r.merges if isinstance(r.merges, int) else len(r.merges)
         return {"locations_before": int(r.locations_before),
-                "locations_after": int(r.locations_after), "merges": int(merges)}
+                "locations_after": int(r.locations_after), "merges": len(r.merges)}
 
     # -- documents -------------------------------------------------------------------------------
 
@@ -486,14 +465,14 @@ class Handlers:
         body = await self.body(ctx)
         handle = await self.database(ctx)
         name = ctx.collection_name
-        query = m.vector(body, "query", handle.dimension)
+        query = m.vector(body, "query", handle.dim)
         n = m.optional_int(body, "n", 10, minimum=1, maximum=self.limits.max_batch)
         mode = m.field(body, "mode", "indexed")
         if mode not in m.DOCUMENT_MODES:
             raise HTTPError(400, f"mode: expected 'indexed' or 'exact', got {mode!r}")
         coll = await self.state.collection(handle, name, create=True)
-        hits = await self.state.run(functools.partial(coll.documents.query, query, n=n,
-                                                      mode=mode))
+        # Positional (vector, limit, mode): the wire's default mode is "indexed", the library's "exact".
+        hits = await self.state.run(coll.resolve, query, n, mode)
         return {"results": [_hit(h) for h in hits]}
 
     # -- text (an extension) -------------------------------------------------------------------

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -34,7 +33,7 @@ from .errors import HTTPError
 from .models import Limits
 from .reads import ReadGroups, ReadTimeout
 
-__all__ = ["ServerState", "DbHandle", "DEFAULT_DB", "as_dict"]
+__all__ = ["ServerState", "DbHandle", "DEFAULT_DB"]
 
 logger = logging.getLogger("hopmem.server")
 
@@ -42,39 +41,28 @@ DEFAULT_DB = "default"
 T = TypeVar("T")
 
 
-def as_dict(obj: Any) -> dict[str, Any]:
-    """A plain dict from a dict, a dataclass, or an object with ``to_dict``."""
-    if isinstance(obj, dict):
-        return obj
-    if hasattr(obj, "to_dict"):
-        return obj.to_dict()
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
-    return dict(vars(obj))
-
-
 class DbHandle:
     """An open database and what the server caches about it."""
 
-    __slots__ = ("name", "db", "dimension", "collections", "text")
+    __slots__ = ("name", "db", "dim", "collections", "text")
 
-    def __init__(self, name: str, db: Any, dimension: int | None) -> None:
+    def __init__(self, name: str, db: Any, dim: int) -> None:
         self.name = name
         self.db = db
-        self.dimension = dimension
+        self.dim = dim
         self.collections: dict[str, Any] = {}
         self.text: dict[str, Any] = {}
 
 
 class ServerState:
     def __init__(self, datadir: Any, *, limits: Limits, policy: AuthPolicy,
-                 default_dimension: int | None, default_encoder: str | None = None,
+                 default_dim: int | None, default_encoder: str | None = None,
                  threads: int = 16,
                  shutdown_timeout: float = 30.0) -> None:
         self.datadir = datadir
         self.limits = limits
         self.policy = policy
-        self.default_dimension = default_dimension
+        self.default_dim = default_dim
         self.default_encoder = default_encoder
         self.threads = threads
         self.shutdown_timeout = shutdown_timeout
@@ -209,10 +197,9 @@ class ServerState:
             self._open_lock = asyncio.Lock()
         return self._open_lock
 
-    def _dimension_of(self, db: Any) -> int | None:
-        info = as_dict(db.info())
-        dim = info.get("dimension", info.get("dim"))
-        return int(dim) if dim is not None else None
+    @staticmethod
+    def _dim_of(db: Any) -> int:
+        return int(db.info()["dimension"])  # the store's record always has it
 
     async def database(self, name: str) -> DbHandle:
         """The open database ``name``; 404 when it does not exist."""
@@ -224,7 +211,7 @@ class ServerState:
             if handle is None:
                 def open_() -> DbHandle:
                     db = self.datadir.get(name)
-                    return DbHandle(name, db, self._dimension_of(db))
+                    return DbHandle(name, db, self._dim_of(db))
                 handle = await self.run_to_end(open_)
                 self.dbs[name] = handle
         return handle
@@ -260,7 +247,7 @@ class ServerState:
         try:
             db = self.datadir.get(DEFAULT_DB)
         except NotFound:
-            if self.default_dimension is None:
+            if self.default_dim is None:
                 raise RuntimeError(
                     f"database {DEFAULT_DB!r} does not exist yet: pass --dimension (or set "
                     "HOPMEM_DIMENSION) so it can be created") from None
@@ -268,17 +255,17 @@ class ServerState:
             if self.default_encoder is not None:
                 from .text_routes import make_encoder
                 try:
-                    encoder = make_encoder(self.default_encoder, self.default_dimension)
+                    encoder = make_encoder(self.default_encoder, self.default_dim)
                 except HTTPError as exc:
                     raise RuntimeError(exc.message) from None
-            db = self.datadir.create(DEFAULT_DB, self.default_dimension, encoder=encoder)
+            db = self.datadir.create(DEFAULT_DB, self.default_dim, encoder=encoder)
             logger.info("created database %r with dimension %d", DEFAULT_DB,
-                        self.default_dimension)
-        dim = self._dimension_of(db)
-        if self.default_dimension is not None and dim is not None and dim != self.default_dimension:
+                        self.default_dim)
+        dim = self._dim_of(db)
+        if self.default_dim is not None and dim != self.default_dim:
             raise RuntimeError(
                 f"database {DEFAULT_DB!r} has dimension {dim}, but dimension "
-                f"{self.default_dimension} was given: pass --dimension {dim} or use another "
+                f"{self.default_dim} was given: pass --dimension {dim} or use another "
                 "data directory")
         self.dbs[DEFAULT_DB] = DbHandle(DEFAULT_DB, db, dim)
 

@@ -11,10 +11,13 @@ A database without an encoder answers 400.
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any
 
+from hopmem.encoders import Encoder
 from hopmem.errors import IncompatibleStore
+from hopmem.store import EncoderInfo
 
 from . import models as m
 from .errors import HTTPError
@@ -25,31 +28,31 @@ __all__ = ["remember", "recall", "calibrate", "ENCODER_CHOICES", "make_encoder",
 #: Values of ``encoder`` in ``POST /db`` and of ``serve --encoder``.
 ENCODER_CHOICES = ("hashing", "minilm")
 
-_cache: dict[tuple[str, int], Any] = {}
+_cache: dict[tuple[str, int], Encoder] = {}
 _cache_lock = threading.Lock()
 
 
-def make_encoder(choice: str, dimension: int) -> Any:
-    """The encoder named ``choice`` ("hashing" or "minilm") for ``dimension``."""
+def make_encoder(choice: str, dim: int) -> Encoder:
+    """The encoder named ``choice`` ("hashing" or "minilm") for vectors of length ``dim``."""
     from hopmem import encoders
 
     if choice == "hashing":
-        return encoders.HashingEncoder(dimension)
+        return encoders.HashingEncoder(dim)
     if choice in ("minilm", encoders.DEFAULT_MODEL_NAME):
         key = (encoders.DEFAULT_MODEL_NAME, 0)
         with _cache_lock:
             enc = _cache.get(key)
             if enc is None:
                 enc = _cache[key] = encoders.SentenceTransformerEncoder()
-        if enc.dimension != dimension:
-            raise HTTPError(400, f"encoder 'minilm' produces dimension {enc.dimension}, "
-                            f"the database has dimension {dimension}")
+        if enc.dim != dim:
+            raise HTTPError(400, f"encoder 'minilm' produces dimension {enc.dim}, "
+                            f"the database has dimension {dim}")
         return enc
     raise HTTPError(400, f"encoder: expected one of {', '.join(ENCODER_CHOICES)}, got "
                          f"{choice!r}")
 
 
-def encoder_for(db_name: str, info: Any) -> Any:
+def encoder_for(db_name: str, info: EncoderInfo | None) -> Encoder:
     """An encoder object matching a database's recorded encoder (name and fingerprint)."""
     from hopmem import encoders
 
@@ -60,8 +63,9 @@ def encoder_for(db_name: str, info: Any) -> Any:
     name, dim = str(info.name), int(info.dimension)
     key = (name, dim)
     with _cache_lock:
-        enc = _cache.get(key)
-    if enc is None:
+        cached = _cache.get(key)
+    if cached is None:
+        enc: Encoder
         if name == f"hashing-{dim}":
             enc = encoders.HashingEncoder(dim)
         elif name == encoders.DEFAULT_MODEL_NAME:
@@ -72,7 +76,9 @@ def encoder_for(db_name: str, info: Any) -> Any:
                                  f"{encoders.DEFAULT_MODEL_NAME})")
         with _cache_lock:
             enc = _cache.setdefault(key, enc)
-    recorded = getattr(info, "fingerprint", None)
+    else:
+        enc = cached
+    recorded = info.fingerprint
     if recorded is not None and enc.fingerprint != recorded:
         raise IncompatibleStore(f"database {db_name!r} was written with encoder {name!r} "
                                 f"fingerprint {recorded}; this server's {name!r} has "
@@ -87,7 +93,7 @@ async def _text_collection(h: Any, ctx: Any, *, create: bool) -> tuple[str, Any]
     tc = handle.text.get(name)
     if tc is not None:
         return name, tc
-    info = getattr(handle.db, "encoder", None)
+    info = handle.db.encoder
     if info is None:
         encoder_for(ctx.db, None)  # raises the 400
     coll = await state.collection(handle, name, create=create)
@@ -118,9 +124,9 @@ async def remember(h: Any, ctx: Any) -> Any:
 async def recall(h: Any, ctx: Any) -> Any:
     body = await h.body(ctx)
     question = m.text(body, "text")
-    n = m.optional_int(body, "n", 5, minimum=1, maximum=h.limits.max_batch)
+    limit = m.optional_int(body, "n", 5, minimum=1, maximum=h.limits.max_batch)  # the wire says "n"
     _, tc = await _text_collection(h, ctx, create=True)
-    result = await h.state.run(tc.recall, question, n)
+    result = await h.state.run(functools.partial(tc.recall, question, limit=limit))
     return result.to_dict()
 
 
@@ -131,5 +137,6 @@ async def calibrate(h: Any, ctx: Any) -> Any:
     budget = m.optional_number(body, "error_budget", 0.0)
     name, tc = await _text_collection(h, ctx, create=False)
     async with h.state.mutating(ctx.db, name):
-        gate = await h.state.run_to_end(tc.calibrate, related, unrelated, budget)
+        gate = await h.state.run_to_end(functools.partial(tc.calibrate, related, unrelated,
+                                                          error_budget=budget))
     return gate.to_dict()
