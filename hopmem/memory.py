@@ -132,21 +132,9 @@ class Stats:
         warn_deprecated("Stats.max_write_count", "Stats.max_write_weight")
         return self.max_write_weight
 
-    def fields(self) -> dict[str, Any]:
-        """The fields by name, exactly (what a subclass is built from)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-
     def to_dict(self) -> dict[str, Any]:
-        """The fields by name, plus ``avg_write_count`` and ``max_write_count``.
-
-        The two old names stay in this dictionary for one release because the
-        HTTP server's stats route still reads them (its wire fields keep those
-        names); they go with the deprecated properties.
-        """
-        out = self.fields()
-        out["avg_write_count"] = self.avg_write_weight
-        out["max_write_count"] = self.max_write_weight
-        return out
+        """The fields by name."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
 class Scalars(NamedTuple):

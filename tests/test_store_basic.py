@@ -66,7 +66,7 @@ def test_state_round_trip_is_bit_identical_to_a_plain_memory(path):
         assert coll.seq == 8
         q = clustered(3, seed=5)
         assert np.array_equal(coll.read(q), expected.read(q))
-        assert coll.stats() == CollectionStats(**expected.stats().fields(),
+        assert coll.stats() == CollectionStats(**expected.stats().to_dict(),
                                                documents=3 * 37)
 
 

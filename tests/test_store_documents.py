@@ -197,7 +197,7 @@ def test_query_validation_and_empty_cases(db):
     assert coll.resolve(np.ones(16), limit=3, mode="indexed") == []
     with pytest.raises(InvalidInput, match="mode"):
         coll.resolve(np.ones(16), mode="fuzzy")
-    with pytest.raises(InvalidInput, match="n:"):
+    with pytest.raises(InvalidInput, match="limit:"):
         coll.resolve(np.ones(16), limit=0, mode="indexed")
     with pytest.raises(hopmem.DimensionMismatch):
         coll.resolve(np.ones(5), mode="indexed")

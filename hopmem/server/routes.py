@@ -143,8 +143,8 @@ def _stats(stats: CollectionStats) -> dict[str, Any]:
         "num_locations": int(s["num_locations"]),
         "total_writes": float(s["total_weight"]),
         "current_eta": float(s["current_eta"]),
-        "avg_write_count": float(s["avg_write_count"]),
-        "max_write_count": float(s["max_write_count"]),
+        "avg_write_count": float(s["avg_write_weight"]),
+        "max_write_count": float(s["max_write_weight"]),
         "writes": int(s["writes"]),
         "documents": int(s["documents"]),
     }

@@ -60,7 +60,7 @@ def encoder_for(db_name: str, info: EncoderInfo | None) -> Encoder:
         raise HTTPError(400, f"database {db_name!r} has no encoder: the text routes (remember, "
                              "recall, calibrate) need a database created with one, e.g. "
                              'POST /db {"name": ..., "dimension": ..., "encoder": "hashing"}')
-    name, dim = str(info.name), int(info.dimension)
+    name, dim = str(info.name), int(info.dim)
     key = (name, dim)
     with _cache_lock:
         cached = _cache.get(key)

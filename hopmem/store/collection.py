@@ -41,7 +41,7 @@ from ..resolution import (
     ResolveMode,
     VectorIndex,
     check_mode,
-    check_n,
+    check_limit,
     resolve_exact,
     resolve_indexed,
 )
@@ -277,7 +277,7 @@ class Collection:
     def stats(self) -> CollectionStats:
         """The memory's statistics plus ``documents`` (live documents)."""
         base = self._check_usable().stats()
-        return CollectionStats(**base.fields(), documents=self._doc_count)
+        return CollectionStats(**base.to_dict(), documents=self._doc_count)
 
     def snapshot(self) -> Snapshot:
         """The memory's exact state (a copy)."""
@@ -669,7 +669,7 @@ class Collection:
     def _doc_query(self, vector: Any, n: int, mode: str) -> list[DocumentHit]:
         memory = self._check_usable()
         check_mode(mode)
-        n = check_n(n)
+        n = check_limit(n)
         as_vectors(vector, self.dim, "vector")  # validate before loading anything
         index = self._ensure_index()
         if mode == "exact":
