@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +36,7 @@ def abstention_scores(abstained_never: Sequence[bool], abstained_answerable: Seq
             "never_mentioned_abstention": recall}
 
 
-def auc(positive: Sequence[float], negative: Sequence[float]) -> float:
+def auc(positive: Sequence[float] | np.ndarray, negative: Sequence[float] | np.ndarray) -> float:
     """P(score of a positive > score of a negative), ties counting half (Mann-Whitney)."""
     pos = np.asarray(positive, float)
     neg = np.asarray(negative, float)
@@ -98,6 +99,6 @@ def percentiles(values: Sequence[float]) -> dict[str, float]:
     return {"p50": float(np.percentile(v, 50)), "p95": float(np.percentile(v, 95))}
 
 
-def summary(values: Sequence[float], seed: int = 0) -> dict[str, float]:
+def summary(values: Sequence[float], seed: int = 0) -> dict[str, Any]:
     lo, hi = bootstrap(values, seed=seed)
     return {"mean": float(np.mean(values)) if len(values) else float("nan"), "ci95": [lo, hi], "n": len(values)}
