@@ -174,12 +174,18 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                     results.setdefault(f"{name}, w={w}, keep top {keep}", {}).setdefault(cat, []).append(
                         evidence_recall([ids[i] for i in got], r["evidence"]))
     cats = list(CATEGORIES.values())
+    base_all = np.array([x for c in cats for x in results["base (rank)"].get(c, [])])
     table = {name: {**{c: summary(v[c]) for c in cats if c in v},
-                    "all": summary([x for c in cats for x in v.get(c, [])])} for name, v in results.items()}
-    print("| variant | all | " + " | ".join(cats) + " |")
-    print("|---|---|" + "---|" * len(cats))
+                    "all": summary([x for c in cats for x in v.get(c, [])]),
+                    # paired: the same questions with and without the variant
+                    "gain_over_base": summary(list(np.array([x for c in cats for x in v.get(c, [])]) - base_all))}
+             for name, v in results.items()}
+    print("| variant | all | gain over base [95% CI, paired] | " + " | ".join(cats) + " |")
+    print("|---|---|---|" + "---|" * len(cats))
     for name, v in table.items():
-        print(f"| {name} | {v['all']['mean']:.3f} | " + " | ".join(f"{v[c]['mean']:.3f}" for c in cats) + " |")
+        g = v["gain_over_base"]
+        print(f"| {name} | {v['all']['mean']:.3f} | {g['mean']:+.3f} [{g['ci95'][0]:+.3f}, {g['ci95'][1]:+.3f}] | "
+              + " | ".join(f"{v[c]['mean']:.3f}" for c in cats) + " |")
     if args.json:
         Path(args.json).write_text(json.dumps(table, indent=1))
     return table
