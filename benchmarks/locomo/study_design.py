@@ -71,6 +71,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument("--encoder", choices=("minilm", "hashing"), default="minilm")
     p.add_argument("--cache", default=None)
     p.add_argument("--no-context", action="store_true")
+    p.add_argument("--target", type=float, default=TARGET_FALSE_ABSTENTION,
+                   help="false abstention the threshold is set for on the training conversations (default 0.1)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     cache = Path(args.cache) if args.cache else default_cache_dir()
@@ -88,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         model = fit_model(FEATURES, [feats[i] for i in train if rows[i]["category"] > 0],
                           [feats[i] for i in train if rows[i]["category"] == 0])
         tau = float(np.quantile([model.log_odds(feats[i]) for i in train if rows[i]["category"] > 0],
-                                TARGET_FALSE_ABSTENTION))
+                                args.target))
         models[c] = {"weights": model.weights, "intercept": model.intercept, "tau": tau}
         for i, r in enumerate(rows):
             if r["conversation"] != c:
@@ -102,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     full = fit_model(FEATURES, [f for f, r in zip(feats, rows) if r["category"] > 0],
                      [f for f, r in zip(feats, rows) if r["category"] == 0])
     full_tau = float(np.quantile([full.log_odds(f) for f, r in zip(feats, rows) if r["category"] > 0],
-                                 TARGET_FALSE_ABSTENTION))
+                                 args.target))
     ans = [r for r in out_rows if r["category"] > 0]
     groups = [[r for r in out_rows if r["conversation"] == c] for c in sorted(convs)]
 

@@ -66,6 +66,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument("--sets", default="test4,test5,test6,test7,test8,test9")
     p.add_argument("--encoder", choices=("minilm", "hashing"), default="minilm")
     p.add_argument("--cache", default=None)
+    p.add_argument("--target", type=float, default=TARGET_FALSE_ABSTENTION,
+                   help="the threshold's false abstention on the LoCoMo answerable questions (default 0.1)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     cache = Path(args.cache) if args.cache else default_cache_dir()
@@ -76,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     model = fit_model(FEATURES, [f for f, r in zip(feats, locomo) if r["category"] > 0],
                       [f for f, r in zip(feats, locomo) if r["category"] == 0])
     tau = float(np.quantile([model.log_odds(f) for f, r in zip(feats, locomo) if r["category"] > 0],
-                            TARGET_FALSE_ABSTENTION))
+                            args.target))
     path = cache / f"signals-agent-eval-{args.encoder}.jsonl"
     rows: list[dict] = [json.loads(x) for x in path.read_text().splitlines()] if path.is_file() else []
     have = {r["conversation"] for r in rows}
