@@ -63,6 +63,25 @@ def context_ranking(r: dict, at: dict[str, int], units: list, keep: int = 2, w: 
     return [units[i].dia_id for i in fuse(base, adj, w, keep)]
 
 
+def share_without_names(r: dict, df: dict[str, int], n: int, common: float) -> float:
+    """The Zipf-weighted content share in the top 10 hits when the memory does not know its speakers' names:
+    content words with no name exclusion, dropping instead any word found in more than ``common`` of the
+    entries (a speaker's name is in most of them)."""
+    from hopmem.agent.keyword import stem
+
+    from .signals import content_words
+    from .study_verdict import _stems
+
+    words = [w for w in content_words(r["question"], set()) if df.get(stem(w), 0) <= common * n]
+    if not words:
+        return 1.0
+    found = frozenset().union(*(_stems(h["text"]) for h in r["rank"][:10])) if r["rank"] else frozenset()
+    from hopmem.agent import english
+
+    weights = [max(0.5, 7.0 - english.zipf(w)) for w in words]
+    return sum(wt for w, wt in zip(words, weights) if stem(w) in found) / sum(weights)
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from hopmem.agent.verdict import fit_model
 
@@ -73,6 +92,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument("--no-context", action="store_true")
     p.add_argument("--target", type=float, default=TARGET_FALSE_ABSTENTION,
                    help="false abstention the threshold is set for on the training conversations (default 0.1)")
+    p.add_argument("--no-names", type=float, default=None, metavar="FRACTION",
+                   help="do not use the speakers' names: drop content words found in more than FRACTION of the "
+                        "entries instead (what a memory that does not know its speakers can do)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
     cache = Path(args.cache) if args.cache else default_cache_dir()
@@ -80,6 +102,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     rows = [r for r in collect(list(convs.values()), make_encoder(args.encoder, cache),
                                cache / f"signals-{args.encoder}.jsonl") if r["category"] >= 0]
     feats = [{n: SIGNALS[n](r) for n in FEATURES} for r in rows]
+    if args.no_names is not None:
+        from .study_verdict import _stems
+
+        dfs = {}
+        for c, conv in convs.items():
+            df: dict[str, int] = {}
+            for u in conv.units:
+                for w in _stems(u.text):
+                    df[w] = df.get(w, 0) + 1
+            dfs[c] = df
+        for f, r in zip(feats, rows):
+            f[FEATURES[1]] = share_without_names(r, dfs[r["conversation"]], len(convs[r["conversation"]].units),
+                                                 args.no_names)
     ats = {c: {u.dia_id: i for i, u in enumerate(conv.units)} for c, conv in convs.items()}
     ranking = [[h["dia"] for h in r["rank"]] if args.no_context
                else context_ranking(r, ats[r["conversation"]], convs[r["conversation"]].units) for r in rows]
