@@ -1,0 +1,81 @@
+"""The LoCoMo benchmark script on two tiny made-up conversations in LoCoMo's format (hashing encoder)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.locomo import run
+from benchmarks.locomo.data import load_folder, normalise_evidence
+from benchmarks.locomo.metrics import abstention_scores, auc, evidence_recall
+
+FIXTURE = Path(__file__).parent / "fixtures" / "locomo_tiny"
+
+
+def test_protocol_units_questions_and_never_mentioned() -> None:
+    convs = {c.id: c for c in load_folder(FIXTURE)}
+    a1, b2 = convs["a1"], convs["b2"]
+    assert len(a1.units) == 13
+    assert a1.units[6].text == ("Alice: Ha! Here is my cello recital poster. "
+                                "(shares a photo: a poster of a cello concert in a church)")
+    assert a1.units[1].created_at == a1.units[0].created_at + 1
+    # category 5 is not asked; a question left without evidence is not scored
+    assert len(a1.questions) == 5 and a1.unscored == 1
+    by_text = {q.text: q.evidence for q in a1.questions}
+    assert by_text["Who teaches Alice the cello?"] == ("D1:5",)  # "D:1:5"
+    assert by_text["Where was Alice's cello recital?"] == ("D2:4", "D2:2")  # "D2:04; D2:2"
+    assert by_text["Which piece did Rosa enjoy?"] == ("D3:2",)  # "D9:99" does not exist
+    # never-mentioned: the other conversation's questions, speakers renamed (possessive too)
+    assert len(b2.never) == 4 and len(a1.never) == 4
+    for q in b2.never:
+        assert "Bob" not in q.text and "Alice" not in q.text and q.category == 0
+    assert "What is the name of Dan's greyhound?" in {q.text for q in b2.never}
+
+
+def test_normalise_evidence() -> None:
+    known = {"D11:26", "D30:5", "D8:6", "D9:17"}
+    assert normalise_evidence(["D:11:26", "D30:05", "D8:6; D9:17", "D", "D1:1"], known) == (
+        ("D11:26", "D30:5", "D8:6", "D9:17"), 2)
+
+
+def test_metrics_known_values() -> None:
+    assert evidence_recall(["D1:1", "D1:2"], ["D1:2", "D3:3"]) == 0.5
+    assert evidence_recall([], ["D1:2"]) == 0.0
+    s = abstention_scores([True, True, False, False], [True, False, False, False])
+    assert s["recall"] == 0.5 and s["false_abstention"] == 0.25 and s["precision"] == pytest.approx(2 / 3)
+    assert auc([3, 4], [1, 2]) == 1.0 and auc([1], [1]) == 0.5
+
+
+def test_run_on_tiny_fixture(tmp_path: Path) -> None:
+    out_json = tmp_path / "out.json"
+    records = tmp_path / "records.jsonl"
+    out = run.main([str(FIXTURE), "--encoder", "hashing", "--limit", "1", "--json", str(out_json),
+                    "--records", str(records), "--quiet", "--no-cache"])
+    saved = json.loads(out_json.read_text())
+    assert saved["questions"] == {"answerable": 9, "never_mentioned": 8}
+    assert saved["unscored_questions"] == 1
+    assert set(saved["systems"]) == {"agent", "agent_rank", "bm25", "dense", "rrf"}
+    for entry in saved["systems"].values():
+        r = entry["recall@1"]
+        assert 0.0 <= r["ci95"][0] <= r["mean"] <= r["ci95"][1] <= 1.0
+    assert set(saved["by_category"]) <= {"multi-hop", "temporal", "open-domain", "single-hop"}
+    for name in ("false_abstention", "never_mentioned_abstention", "precision", "f1"):
+        assert 0.0 <= saved["abstention"][name]["value"] <= 1.0
+    assert saved["latency_ms"]["encoder_excluded"]["p50"] > 0
+    assert out["systems"]["bm25"] == saved["systems"]["bm25"]
+    rows = [json.loads(line) for line in records.read_text().splitlines()]
+    assert len(rows) == 17
+    by_question = {(r["conversation"], r["question"]): r for r in rows}
+    # known answers: the only turns with "sneakers" / "marathon" come first, for every system
+    sneakers = by_question[("a1", "When did Pepper chew Bob's sneakers?")]
+    assert not sneakers["abstained"]
+    assert [sneakers[f"recall_{s}"] for s in ("agent", "agent_rank", "bm25", "dense", "rrf")] == [1.0] * 5
+    assert by_question[("b2", "Which marathon is Dan training for?")]["recall_bm25"] == 1.0
+    # a two-turn question scored at limit 1 gets at most half
+    assert by_question[("b2", "What happened to Carol's first bowl and what is she making now?")]["recall_bm25"] == 0.5
+    # an abstention retrieves nothing
+    for r in rows:
+        if r["category"] > 0 and r["abstained"]:
+            assert r["recall_agent"] == 0.0
