@@ -216,7 +216,7 @@ def evaluate(mem: Any, entry_of: dict[int, str], data: dict[str, Any], cosine: A
         related = [questions[i]["question"] for i in calib_idx if questions[i]["answers"]]
         unrelated = [questions[i]["question"] for i in calib_idx if not questions[i]["answers"]]
         extra = {**(calibrate_args or {}), **({} if error_budget is None else {"error_budget": error_budget})}
-        gates = mem.calibrate(related, unrelated, holdout_fraction=holdout, **extra)
+        gates = mem.calibrate(related, unrelated, holdout=holdout, **extra)
         for mode, gate in gates.items():
             gates_used[mode].append(gate.tau)
         for i in evaluate_idx:
