@@ -97,7 +97,8 @@ class CachedEncoder:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.name = inner.name
-        self.dimension = inner.dimension
+        self.dim = int(getattr(inner, "dim", None) or inner.dimension)
+        self.dimension = self.dim  # for code that still reads an encoder's dimension
         self._cache: dict[str, np.ndarray] = {}
         self.calls = 0
         self.seconds = 0.0
