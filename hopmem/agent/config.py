@@ -89,8 +89,10 @@ class RecallConfig:
         semantic candidate list's length. Raise it for memories where answers
         lie beyond the 32 nearest statements; it costs read time.
     activation : {"compact", "exact"}
-        How engine reads scan the entries: ``"compact"`` pre-scans a float16
-        copy (faster, same results in practice), ``"exact"`` scans float32.
+        How engine reads scan the entries: ``"compact"`` scans a float16 copy
+        and re-scores the best candidates exactly (faster on large memories;
+        it differs from ``"exact"`` only when a true nearest entry falls
+        outside that pool), ``"exact"`` scans float32.
     over_fetch : int
         Keyword candidates fetched from FTS5 per partition (at least ``4 *
         limit``; >= 1). Raise it when many entries are hidden by scope,
@@ -144,9 +146,10 @@ class RecallConfig:
         Weight of each ranked list (``semantic``, ``associative``, ``keyword``,
         ``exact``, ``time``) in the fusion; default :data:`DEFAULT_RRF_WEIGHTS`.
     rebuild_dead_fraction : float
-        A partition's engine memory is rebuilt once this share of its
-        locations belongs to deleted entries (in [0, 1]). Lower keeps reads
-        lean after many deletions at the cost of more rebuilds.
+        A partition is compacted (its engine memory rebuilt at the next read)
+        once its deleted entries outnumber both 16 and this share of its live
+        ones (in [0, 1]). Lower keeps reads lean after many deletions at the
+        cost of more rebuilds.
     part_weight : float
         Weight of a multi-part question's per-part lists in the fusion,
         relative to the whole question's (in [0, 1]). 0 leaves the parts out of
