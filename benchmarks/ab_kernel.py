@@ -39,7 +39,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from benchmarks import bench_engine  # pins BLAS to one thread first
+from benchmarks.asv import bench_engine  # pins BLAS to one thread first
 from benchmarks.store_bench import Data
 from hopmem import Memory
 from hopmem import _kernel as new_kernel

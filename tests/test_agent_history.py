@@ -145,3 +145,16 @@ def test_a_failing_run_fails_as_usual(mem):
 
     with pytest.raises(ValueError):
         RememberingRunner(run, mem, lambda q, a: [])("q")
+
+
+def test_publish_sends_an_event_on_the_memorys_clock(mem):
+    from hopmem.errors import InvalidInput
+
+    seen = []
+    mem.subscribe(seen.append, types=["extracted"])
+    assert mem.now() == 100.0
+    mem.publish("extracted", "s1", count=0, texts=[], dropped=0)
+    assert [(e.type, e.session_id, e.at, e.data) for e in seen] == [
+        ("extracted", "s1", 100.0, {"count": 0, "texts": [], "dropped": 0})]
+    with pytest.raises(InvalidInput, match="event_type"):
+        mem.publish("exploded")

@@ -284,7 +284,7 @@ def test_supersession_orders_versions_by_the_question(tmp_path):
 
 
 def test_adjacent_version_order_keeps_the_displaced_version_just_behind(tmp_path):
-    mem, clock = make(tmp_path, config=RecallConfig(version_order="adjacent"))
+    mem, clock = make(tmp_path)
     old = mem.remember("User's phone is a Pixel 7.")
     clock.advance(DAY)
     new = mem.remember("User's phone is now a Fairphone 5.")
@@ -294,7 +294,7 @@ def test_adjacent_version_order_keeps_the_displaced_version_just_behind(tmp_path
         assert hits[1].score < hits[0].score
 
 
-def test_order_versions_swap_and_adjacent_differ_only_for_the_displaced(tmp_path):
+def test_order_versions_lifts_the_preferred_version_and_keeps_the_displaced_just_behind(tmp_path):
     mem, clock = make(tmp_path)
     ids = []
     for n, text in enumerate(("User's phone is a Pixel 7.", "User's phone is now a Pixel 8.",
@@ -304,10 +304,9 @@ def test_order_versions_swap_and_adjacent_differ_only_for_the_displaced(tmp_path
     rows = mem._rows
     assert [len(g) for g in ranking.version_groups(rows, ids)] == [3]
     start = {ids[0]: 0.9, ids[1]: 0.5, ids[2]: 0.2}  # the oldest best: "recent" order must lift the newest
-    swapped, adjacent = dict(start), dict(start)
-    ranking.order_versions(rows, ids, "recent", swapped, {i: {} for i in ids}, "swap")
-    ranking.order_versions(rows, ids, "recent", adjacent, {i: {} for i in ids}, "adjacent")
-    assert swapped == {ids[2]: 0.9, ids[1]: 0.5, ids[0]: 0.2}
+    adjacent = dict(start)
+    ranking.order_versions(rows, ids, "recent", adjacent, {i: {} for i in ids})
+    # the versions do not trade places (0.2 would go to the oldest): the displaced one stays just behind
     assert adjacent == {ids[2]: 0.9, ids[1]: 0.5, ids[0]: pytest.approx(0.9 * (1 - 1e-3))}
 
 
@@ -489,6 +488,12 @@ def test_label_policy_normalises_bounds_and_rejects():
     # inferred labels are cleaned, never refused
     assert policy.normalise({"colour": ["red"], "topic": ["gardening", "billing"]}, strict=False) == \
         {"topic": ["billing"]}
+
+
+def test_label_policy_shows_what_it_allows_as_checked():
+    policy = LabelPolicy({" Topic ": ["Deploys", "billing"], "project": None})
+    assert policy.allowed_values == {"topic": frozenset({"deploys", "billing"}), "project": None}
+    assert LabelPolicy().allowed_values is None
 
 
 def test_explicit_labels_filter_inferred_labels_only_boost(tmp_path):
@@ -724,18 +729,16 @@ def test_time_hints():
 def test_recall_config_validates():
     with pytest.raises(InvalidInput):
         RecallConfig(beta=0)
-    with pytest.raises(InvalidInput, match="version_order"):
-        RecallConfig(version_order="shuffle")
-    with pytest.raises(InvalidInput, match="comparison_cues"):
-        RecallConfig(comparison_cues="yes")
-    for bad in (True, 0, -1.0, 10.5, float("nan"), "7"):
+    for bad in (True, 0, -1.0, 10.5, float("nan"), "7", None):
         with pytest.raises(InvalidInput, match="novelty_ceiling"):
             RecallConfig(novelty_ceiling=bad)
     assert RecallConfig(novelty_ceiling=7).novelty_ceiling == 7
-    # the thirteenth evaluation round's choices are the defaults
     default = RecallConfig()
-    assert (default.novelty_ceiling, default.version_order, default.comparison_cues, default.path_floor,
-            default.rrf_weights["associative"]) == (7.0, "adjacent", True, True, 0.0)
+    assert (default.novelty_ceiling, default.rrf_weights["associative"]) == (7.0, 0.0)
+    # the chosen behaviours are not options any more
+    for removed in ("version_order", "comparison_cues", "path_floor", "split_parts"):
+        with pytest.raises(TypeError):
+            RecallConfig(**{removed: True})
     with pytest.raises(InvalidInput):
         RecallConfig(update_cues="(unclosed")
     with pytest.raises(InvalidInput):
@@ -906,10 +909,6 @@ def test_a_multi_part_question_admits_an_answer_for_each_part(tmp_path):
     assert {climb.id, route.id} <= set(sel.entry_ids)
     by_id = {h.entry_id: h for h in sel.hits}
     assert any(s.startswith("part ") for s in by_id[route.id].explanation.sources)
-    whole = AgentMemory.open(tmp_path / "mem.db", encoder=ENC, namespace="team", clock=Clock(),
-                             config=RecallConfig(split_parts=False))
-    assert whole.recall(question, limit=5).parts == ()
-    whole.close()
     assert mem.recall("Where do I climb?").parts == ()
 
 
@@ -923,26 +922,18 @@ def _floor_case(cfg, mode="hybrid", tau=0.0):
                   associative={}, lexical=None)
     ev.keyword = {1: 1.0, 2: 0.0, 3: 0.0}
     ev.value = {i: ev.path(i) + (cfg.keyword_weight * ev.keyword[i] if mode == "hybrid" else 0.0) for i in ids}
-    verdict = decide(mode, cfg, gate(tau), None, ev, ids, None, 0.0)
+    verdict = decide(mode, cfg, gate(tau), None, ev, ids, 0.0)
     return verdict, admit(ids, ev, verdict, gate(5.0), {}, set(), False)
 
 
 def test_path_floor_admits_what_the_semantic_path_alone_would():
-    # without it, entry 1's keyword evidence sets the floor (0.6 x 1.4 = 0.84) above 2's and 3's
-    verdict, admitted = _floor_case(RecallConfig(path_floor=False))
-    assert verdict.passes and verdict.path_floor is None and set(admitted) == {1}
-    assert RecallConfig().path_floor  # on by default since the thirteenth evaluation round
-    # with it, a candidate whose path reaches 0.6 x the best path (0.54) is admitted as well
-    verdict, admitted = _floor_case(RecallConfig(path_floor=True))
+    # entry 1's keyword evidence sets the evidence floor (0.6 x 1.4 = 0.84) above 2's and 3's; a candidate
+    # whose path reaches 0.6 x the best path (0.54) is admitted as well
+    verdict, admitted = _floor_case(RecallConfig())
     assert verdict.path_floor == pytest.approx(0.54)
     assert admitted == {1: "weak evidence in an admitted recall", 2: "semantic evidence in an admitted recall"}
     # only after a yes verdict, and only in hybrid mode (associative mode's floor is on the path already)
-    verdict, admitted = _floor_case(RecallConfig(path_floor=True), tau=10.0)
+    verdict, admitted = _floor_case(RecallConfig(), tau=10.0)
     assert not verdict.passes and admitted == {}
-    verdict, admitted = _floor_case(RecallConfig(path_floor=True), mode="associative")
+    verdict, admitted = _floor_case(RecallConfig(), mode="associative")
     assert verdict.path_floor is None and set(admitted) == {1, 2}
-
-
-def test_path_floor_must_be_a_bool():
-    with pytest.raises(InvalidInput, match="path_floor"):
-        RecallConfig(path_floor=1)

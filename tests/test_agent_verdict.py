@@ -12,10 +12,8 @@ import pytest
 
 from hopmem.agent import DEFAULT_GATES, DEFAULT_MODELS, AgentMemory, RecallConfig, VerdictModel
 from hopmem.agent.calibration import DEFAULT_MIN_COVERAGE
-from hopmem.agent.config import MARGIN_FEATURES
-from hopmem.agent.verdict import (CROSS_FIT_FOLDS, CROWD_COSINE, GROUNDING_DEFAULT_GATES, MARGIN_NEIGHBOURS,
-                                  OTHER_DEFAULTS, VERDICT_FEATURES, cross_fitted_log_odds, default_model,
-                                  features_for, fit_model, margin)
+from hopmem.agent.verdict import (CROSS_FIT_FOLDS, CROWD_COSINE, MARGIN_NEIGHBOURS, VERDICT_FEATURES,
+                                  cross_fitted_log_odds, fit_model, margin)
 from hopmem.gates import auc
 from hopmem.encoders import HashingEncoder
 from hopmem.errors import InvalidInput
@@ -138,8 +136,8 @@ def test_cross_fitting_removes_the_optimism_of_in_sample_log_odds():
         in_sample.append(auc(in_rel, in_irr))
         out_of_fold.append(auc(oof_rel, oof_irr))
         fresh_scores = np.array([model.log_odds(v) for v in fresh])
-        admitted_in.append(np.mean(fresh_scores >= calibrate(in_rel, in_irr, 0.25, holdout_fraction=0).tau))
-        admitted_out.append(np.mean(fresh_scores >= calibrate(oof_rel, oof_irr, 0.25, holdout_fraction=0).tau))
+        admitted_in.append(np.mean(fresh_scores >= calibrate(in_rel, in_irr, error_budget=0.25, holdout_fraction=0).tau))
+        admitted_out.append(np.mean(fresh_scores >= calibrate(oof_rel, oof_irr, error_budget=0.25, holdout_fraction=0).tau))
     # measured: AUC 0.65 in sample, 0.46 out of fold; new unrelated admitted 46% in sample, 24% out of fold
     assert np.mean(in_sample) > 0.6 and abs(np.mean(out_of_fold) - 0.5) < 0.08
     assert np.mean(admitted_in) > 0.35 and np.mean(admitted_out) <= 0.3
@@ -161,9 +159,12 @@ def test_default_models_read_each_modes_features():
         assert DEFAULT_GATES[mode].tau > 0  # strict: a positive log-odds is needed until calibrated
 
 
-def test_config_verdict_is_validated():
-    with pytest.raises(InvalidInput):
-        RecallConfig(verdict="oracle")
+@pytest.mark.parametrize("option", ["verdict", "margin_feature", "crowd_feature", "grounding_semantic_weight",
+                                    "novelty_weight", "associative_statistic"])
+def test_the_verdict_has_no_alternatives_to_configure(option):
+    # the verdict is always the model over VERDICT_FEATURES
+    with pytest.raises(TypeError):
+        RecallConfig(**{option: None})
 
 
 # -- features and statistic -----------------------------------------------------------------------------
@@ -236,22 +237,10 @@ def test_the_coverage_floor_wins_over_the_budget_where_queries_do_not_separate(t
     assert floored.error_rate > 0.2  # the budget gave way, and the gate says so
 
 
-def test_floor_auc_keeps_the_floor_for_gates_that_do_not_separate(tmp_path):
+def test_an_unknown_calibrate_keyword_is_refused_and_nothing_is_stored(tmp_path):
     mem, _ = make(tmp_path)
-    related, unrelated = RELATED[:3] + UNRELATED[:3], RELATED[3:] + UNRELATED[3:]  # AUC below 0.65
-    weak = mem.calibrate(related, unrelated, error_budget=0.2, floor_auc=0.9, modes=["hybrid"])["hybrid"]
-    assert weak.auc < 0.9 and weak.coverage >= DEFAULT_MIN_COVERAGE  # the floor applies
-    budget_only = mem.calibrate(related, unrelated, error_budget=0.2, min_coverage=0.0, modes=["hybrid"])["hybrid"]
-    # below floor_auc nothing changes; a floor_auc at or below the gate's AUC lifts the floor
-    assert mem.calibrate(related, unrelated, error_budget=0.2, floor_auc=weak.auc, modes=["hybrid"])["hybrid"] \
-        == budget_only
-
-
-@pytest.mark.parametrize("value", [-0.1, 1.5, float("nan"), "0.9", True])
-def test_a_bad_floor_auc_is_refused_and_nothing_is_stored(tmp_path, value):
-    mem, _ = make(tmp_path)
-    with pytest.raises(InvalidInput, match="floor_auc"):
-        mem.calibrate(RELATED, UNRELATED, floor_auc=value)
+    with pytest.raises(TypeError, match="floor_auc"):
+        mem.calibrate(RELATED, UNRELATED, floor_auc=0.9)
     assert mem.gates == {} and mem.verdict_models == {}
 
 
@@ -265,13 +254,22 @@ def test_a_bad_coverage_floor_is_refused_and_nothing_is_stored(tmp_path, floor):
 
 def test_calibrate_with_holdout_measures_the_held_out_part(tmp_path):
     mem, _ = make(tmp_path)
-    gate = mem.calibrate(RELATED, UNRELATED, holdout_fraction=0.34, seed=1, modes=["hybrid"])["hybrid"]
+    gate = mem.calibrate(RELATED, UNRELATED, holdout=0.34, seed=1, modes=["hybrid"])["hybrid"]
     assert gate.n_relevant == len(RELATED) and gate.n_irrelevant == len(UNRELATED)
     assert gate.holdout_coverage is not None and gate.holdout_error_rate is not None
     # the model saw only the fitting part (4 + 4 queries): fitted on all 6 + 6 it differs
     held_out_model = mem.verdict_models["hybrid"]
     mem.calibrate(RELATED, UNRELATED, modes=["hybrid"])
     assert mem.verdict_models["hybrid"] != held_out_model
+
+
+def test_holdout_fraction_is_the_deprecated_name_of_holdout(tmp_path):
+    mem, _ = make(tmp_path)
+    gate = mem.calibrate(RELATED, UNRELATED, holdout=0.34, seed=1, modes=["hybrid"])["hybrid"]
+    with pytest.warns(DeprecationWarning, match="holdout_fraction"):
+        assert mem.calibrate(RELATED, UNRELATED, holdout_fraction=0.34, seed=1, modes=["hybrid"])["hybrid"] == gate
+    with pytest.raises(TypeError, match="both"):
+        mem.calibrate(RELATED, UNRELATED, holdout=0.34, holdout_fraction=0.34)
 
 
 def test_a_gate_that_barely_separates_says_so_in_every_reason(tmp_path):
@@ -323,17 +321,6 @@ def test_a_file_calibrated_before_models_existed_keeps_its_statistic(tmp_path):
     assert sel.calibrated and "grounding" in sel.reason
 
 
-def test_grounding_verdict_stays_available(tmp_path):
-    mem, _ = make(tmp_path, config=RecallConfig(verdict="grounding"))
-    sel = mem.recall("Which database does the billing service use?", record=False)
-    assert sel.tau == GROUNDING_DEFAULT_GATES["hybrid"].tau and "grounding" in sel.reason
-    assert set(sel.features) == set(VERDICT_FEATURES["hybrid"])  # measured either way, for inspection
-    mem.calibrate(RELATED, UNRELATED)
-    assert mem.verdict_models == {} and set(mem.gates) == {"hybrid", "associative", "keyword"}
-    sel = mem.recall("Which database does the billing service use?", record=False)
-    assert sel.calibrated and "grounding" in sel.reason
-
-
 def test_reembed_drops_the_models_with_the_gates(tmp_path):
     mem, _ = make(tmp_path)
     mem.calibrate(RELATED, UNRELATED)
@@ -352,75 +339,53 @@ def test_exact_tokens_still_admit_whatever_the_model_says(tmp_path):
     assert sel.hits[0].explanation.admitted_by == "exact token" and sel.override == "exact token"
 
 
-# -- margin variants (RecallConfig.margin_feature, crowd_feature) ----------------------------------------
+# -- margin and crowd ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", sorted(MARGIN_FEATURES))
-def test_each_margin_is_the_head_mean_above_the_mean_of_the_ten_after_the_skipped(tmp_path, name):
+def test_crowd_counts_the_next_nearest_within_crowd_cosine_of_the_nearest(tmp_path):
     mem, _ = make(tmp_path)
-    for i in range(12):  # enough entries for ten neighbours after the skipped ones
+    for i in range(12):  # enough entries for ten neighbours
         mem.remember(f"Note {i}: the billing service database {['backup', 'index', 'replica'][i % 3]} "
                      f"number {i} was checked.")
     query = "Which database does the billing service use?"
-    head, skip = MARGIN_FEATURES[name]
     sel = mem.recall(query, mode="associative", record=False)
-    mem2 = AgentMemory.open(tmp_path / "mem.db", encoder=ENC, namespace="team", clock=Clock(),
-                            config=RecallConfig(margin_feature=name, crowd_feature=True))
-    sel2 = mem2.recall(query, mode="associative", record=False)
-    ranked = mem2.rank(query, mode="associative", limit=100)
+    ranked = mem.rank(query, mode="associative", limit=100)
     cosines = sorted((h.explanation.semantic for h in ranked), reverse=True)
-    assert len(cosines) >= skip + MARGIN_NEIGHBOURS
-    expected = np.mean(cosines[:head]) - np.mean(cosines[skip:skip + MARGIN_NEIGHBOURS])
-    assert sel2.features[name] == pytest.approx(expected, abs=1e-3)
-    assert {"evidence", name, "crowd"} <= set(sel2.features)
+    assert len(cosines) >= MARGIN_NEIGHBOURS
+    assert sel.features["margin"] == pytest.approx(cosines[0] - np.mean(cosines[:MARGIN_NEIGHBOURS]), abs=1e-3)
     crowd = sum(c >= cosines[0] - CROWD_COSINE for c in cosines[1:MARGIN_NEIGHBOURS])
-    assert sel2.features["crowd"] == crowd
-    if name in sel.features:  # the default configuration's margin is the same number
-        assert sel2.features[name] == pytest.approx(sel.features[name], abs=1e-6)
-    # a multi-answer neighbourhood (several entries close to the best) does not shrink the margin after them
-    assert margin([0.8, 0.79, 0.78, 0.3, 0.3], 1, 3) == pytest.approx(0.5)
-    assert margin([0.8, 0.79, 0.78, 0.3, 0.3], 1, 0) == pytest.approx(0.8 - 2.97 / 5)
-    assert margin([0.8], 1, 3) == 0.0 and margin([], 1, 0) == 0.0
+    assert sel.features["crowd"] == crowd
+    assert margin([0.8, 0.79, 0.78, 0.3, 0.3]) == pytest.approx(0.8 - 2.97 / 5)
+    assert margin([0.8]) == 0.0 and margin([]) == 0.0
 
 
-def test_calibrate_fits_the_configured_features_and_stored_models_keep_theirs(tmp_path):
-    other = "margin_after3" if VERDICT_FEATURES["hybrid"][-1] != "margin_after3" else "margin"
-    config = RecallConfig(margin_feature=other, crowd_feature=True)
-    mem, _ = make(tmp_path, config=config)
-    assert features_for("hybrid", config) == ("evidence", "novelty", other, "crowd")
-    assert features_for("associative", config) == ("evidence", other, "crowd")
-    sel = mem.recall("Which database does the billing service use?", record=False)
-    assert not sel.calibrated and sel.statistic == pytest.approx(
-        default_model("hybrid", config).log_odds(sel.features), abs=1e-5)
-    mem.calibrate(RELATED, UNRELATED)
-    models = mem.verdict_models
-    assert models["hybrid"].features == ("evidence", "novelty", other, "crowd")
-    assert models["associative"].features == ("evidence", other, "crowd")
+def test_a_stored_model_reading_fewer_features_keeps_reading_them(tmp_path):
+    # models fitted before the crowd feature existed read evidence, novelty and margin only
+    mem, _ = make(tmp_path)
+    model = VerdictModel(("evidence", "novelty", "margin"), (1.532, -3.111, 10.531), -1.036)
+    mem.set_gates({"hybrid": calibrate([0.3, 0.4], [0.0, 0.1])}, models={"hybrid": model})
     mem.close()
-    # opened with the default configuration, the stored models still read the features they were fitted on
     again = AgentMemory.open(tmp_path / "mem.db", encoder=ENC, namespace="team", clock=Clock())
     sel = again.recall("Which database does the billing service use?", record=False)
-    assert {other, "crowd"} <= set(sel.features) and set(VERDICT_FEATURES["hybrid"]) <= set(sel.features)
-    assert sel.statistic == pytest.approx(models["hybrid"].log_odds(sel.features), abs=1e-5)
-    with pytest.raises(InvalidInput):
-        RecallConfig(margin_feature="margin_after7")
-    with pytest.raises(InvalidInput):
-        RecallConfig(crowd_feature=1)
-    with pytest.raises(InvalidInput):  # keyword mode cannot compute a margin
-        again.set_gates({"keyword": calibrate([0.3, 0.4], [0.0, 0.1])}, models={"keyword": models["hybrid"]})
-
-
-def test_crowd_feature_off_is_the_previous_verdict(tmp_path):
-    assert VERDICT_FEATURES["hybrid"] == ("evidence", "novelty", "margin", "crowd")
-    old = RecallConfig(crowd_feature=False)
-    model = default_model("hybrid", old)
-    assert model.features == ("evidence", "novelty", "margin")
-    assert model == OTHER_DEFAULTS[model.features][0]
-    mem, _ = make(tmp_path, config=old)
-    sel = mem.recall("Which database does the billing service use?", record=False)
-    assert set(sel.features) == {"evidence", "novelty", "margin"}
-    assert sel.tau == OTHER_DEFAULTS[model.features][1].tau != DEFAULT_GATES["hybrid"].tau
+    assert again.verdict_models["hybrid"] == model and sel.calibrated
+    assert set(sel.features) == set(VERDICT_FEATURES["hybrid"])
     assert sel.statistic == pytest.approx(model.log_odds(sel.features), abs=1e-5)
-    mem.calibrate(RELATED, UNRELATED)
-    assert mem.verdict_models["hybrid"].features == ("evidence", "novelty", "margin")
-    assert mem.verdict_models["associative"].features == ("evidence", "margin")
+    with pytest.raises(InvalidInput):  # keyword mode cannot compute a margin
+        again.set_gates({"keyword": calibrate([0.3, 0.4], [0.0, 0.1])}, models={"keyword": model})
+
+
+def test_a_stored_model_reading_features_no_longer_computed_falls_back_to_the_defaults(tmp_path, caplog):
+    mem, _ = make(tmp_path)
+    mem.calibrate(RELATED, UNRELATED, modes=["hybrid"])
+    mem.close()
+    conn = sqlite3.connect(tmp_path / "mem.db")  # a model fitted on a margin variant recall no longer computes
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'verdict:team:hybrid'",
+                 (json.dumps({"features": ["evidence", "margin_after3"], "weights": [1.0, 2.0], "intercept": 0.0}),))
+    conn.commit()
+    conn.close()
+    with caplog.at_level("WARNING", logger="hopmem.agent"):
+        old = AgentMemory.open(tmp_path / "mem.db", encoder=ENC, namespace="team", clock=Clock())
+    assert "no longer computed" in caplog.text
+    assert old.gates == {} and old.verdict_models == {}
+    sel = old.recall("Which database does the billing service use?", record=False)
+    assert not sel.calibrated and sel.tau == DEFAULT_GATES["hybrid"].tau

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks.bench_engine import Rewinder
+from benchmarks.asv.bench_engine import Rewinder
 from hopmem import Memory
 
 
@@ -55,15 +55,3 @@ def test_the_kernel_ab_runs_a_build_against_itself(capsys):
     out = capsys.readouterr().out
     assert "write, batch of 100 (d 384, competitive)" in out
     assert "read, batch of 64 per call (d 128, plain)" in out
-
-
-def test_the_store_runs_plot_reads_the_recorded_runs(tmp_path):
-    from benchmarks import plot_store_runs
-
-    rows = plot_store_runs.load(plot_store_runs.ROOT / "docs" / "results" / "store_runs.csv")
-    runs = [r["run"] for r in rows]
-    assert runs == sorted(set(runs)) and all(r["batch_vec_s"] > 0 for r in rows)
-    assert {r["kernel_threads"] for r in rows} <= {1, 2}
-    out = tmp_path / "runs.png"
-    plot_store_runs.main(["--out", str(out)])
-    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,35 +1,31 @@
-"""Agent-memory evaluation: a development set to choose on, a test set to report on.
+"""Agent-memory evaluation: development sets to choose on, test sets to report on.
 
-    python -m benchmarks.agent_eval.run                 # the test set (conversations.json), full latency run
+    python -m benchmarks.agent_eval.run                 # the first test set (conversations.json), full latency run
     python -m benchmarks.agent_eval.run --data dev      # the development set (dev_conversations.json)
     python -m benchmarks.agent_eval.run --data dev2 --splits 5   # the second one, means over 5 fold splits
-    python -m benchmarks.agent_eval.run --data test4,test5,test6,test7,test8,test9 --splits 5   # the primary
-                                                                                          # estimate
+    python -m benchmarks.agent_eval.run --data test10,test11,test12,test13 --splits 5 --no-latency   # the
+                                                                                   # primary estimate
     python -m benchmarks.agent_eval.run --quick         # fewer latency entries and repeats
     python -m benchmarks.agent_eval.run --encoder hashing   # no model (lexical hashing encoder)
     python -m benchmarks.agent_eval.run --splits 5 --plot docs/img/agent_eval.png   # and the figure
     python -m benchmarks.agent_eval.run --data dev --fit-defaults   # the uncalibrated verdict models
 
-Eleven sets of conversations in the same format and categories (single-fact,
+Fifteen sets of conversations in the same format and categories (single-fact,
 multi-session, knowledge-update, temporal, identifier, abstention), about
-different people, facts and sessions: ``dev_conversations.json`` (117 turns in
-12 sessions, 165 questions) and ``dev2_conversations.json`` (120 turns in 12
-sessions, 195 questions, written later by a separate writer without sight of
-the other two sets) are where defaults, weights and the verdict model's features
-were first chosen; ``conversations.json``, ``test2_conversations.json`` and
-``test3_conversations.json`` (118-119 turns in 12 sessions and 190 questions
-each; the second and third written blind, each after the rule for using it
-was committed: docs/agent-eval.md) were test sets for nine rounds and became
-development data in the tenth; ``test4_conversations.json`` and
-``test5_conversations.json`` (190 questions each), written blind for the
-tenth round and opened only after its choice was committed, became
-development data in the eleventh, which changed nothing; ``test6`` and
-``test7`` were written blind for it and opened after its choice, as were
-``test8`` and ``test9`` for the twelfth, which changed nothing either.
-Since nothing has been chosen on them, ``test4`` to ``test9`` pooled are the
-primary estimate (docs/agent-eval.md), only reported on. ``abstention_topics.json`` labels every unanswerable
-question's subject (never mentioned, or a remembered thing's unstated
-detail), read from the data alone.
+different people, facts and sessions, in ``benchmarks/data/agent_eval/``:
+``dev_conversations.json`` (117 turns in 12 sessions, 165 questions) and
+``dev2_conversations.json`` (120 turns in 12 sessions, 195 questions, written
+by a separate writer without sight of the others) are where defaults, weights
+and the verdict model's features were chosen; ``conversations.json`` and
+``test2_conversations.json`` to ``test13_conversations.json`` (118-119 turns in
+12 sessions and 190 questions each) were each written blind, before the
+choice they test was committed, and run once after it (docs/agent-eval.md
+says when each was written and what was chosen on it since). ``test10`` to
+``test13`` pooled, never chosen on, are the primary estimate.
+``abstention_topics.json`` labels every unanswerable question's subject
+(never mentioned, or a remembered thing's unstated detail), read from the
+data alone. The evaluation's history, with the options each step compared,
+can be rerun from the git tag ``eval-round-13``.
 
 What it does, on any set
 ------------------------
@@ -82,16 +78,16 @@ import numpy as np
 
 from benchmarks.agent_eval.scoring import CATEGORIES, RETRIEVERS, bootstrap_f1, bootstrap_gap, mean_tables, score
 
-HERE = Path(__file__).resolve().parent
-DATA = HERE / "conversations.json"  # the test set: report on it, choose nothing on it
+#: Where the conversations and their labels are.
+DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "agent_eval"
+DATA = DATA_DIR / "conversations.json"  # the first test set: report on it, choose nothing on it
 #: Every named set (docs/agent-eval.md says when each was written and what was chosen on it): ``dev``
-#: (choose defaults on it), ``dev2`` (written later, independently), ``test`` (the first test set),
-#: ``test2`` and ``test3`` (written blind), ``test4`` to ``test13`` (two or four per round, from the tenth
-#: round on, written blind before the round's choice and run once after it).
-SETS = {"test": DATA, **{name: HERE / f"{name}_conversations.json"
+#: (choose defaults on it), ``dev2`` (written later, independently), ``test`` (the first test set) and
+#: ``test2`` to ``test13`` (each written blind before the choice it tests, and run once after it).
+SETS = {"test": DATA, **{name: DATA_DIR / f"{name}_conversations.json"
                          for name in ("dev", "dev2", *(f"test{n}" for n in range(2, 14)))}}
 #: Each unanswerable question's subject: never-mentioned or mentioned (labelled from the data alone).
-SUBJECTS = HERE / "abstention_topics.json"
+SUBJECTS = DATA_DIR / "abstention_topics.json"
 DAY = 86400.0
 
 
@@ -101,7 +97,8 @@ class CachedEncoder:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.name = inner.name
-        self.dimension = inner.dimension
+        self.dim = int(getattr(inner, "dim", None) or inner.dimension)
+        self.dimension = self.dim  # for code that still reads an encoder's dimension
         self._cache: dict[str, np.ndarray] = {}
         self.calls = 0
         self.seconds = 0.0
@@ -216,7 +213,7 @@ def evaluate(mem: Any, entry_of: dict[int, str], data: dict[str, Any], cosine: A
         related = [questions[i]["question"] for i in calib_idx if questions[i]["answers"]]
         unrelated = [questions[i]["question"] for i in calib_idx if not questions[i]["answers"]]
         extra = {**(calibrate_args or {}), **({} if error_budget is None else {"error_budget": error_budget})}
-        gates = mem.calibrate(related, unrelated, holdout_fraction=holdout, **extra)
+        gates = mem.calibrate(related, unrelated, holdout=holdout, **extra)
         for mode, gate in gates.items():
             gates_used[mode].append(gate.tau)
         for i in evaluate_idx:

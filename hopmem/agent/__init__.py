@@ -8,6 +8,7 @@ docs/agent-memory.md.
 
 from __future__ import annotations
 
+from .._deprecation import module_aliases
 from .aio import AsyncAgentMemory
 from .events import EVENT_TYPES, EventBus, MemoryEvent
 from .history import (
@@ -21,11 +22,11 @@ from .labels import LabelPolicy
 from .memory import (
     DEFAULT_BAND_GATES,
     DEFAULT_GATES,
-    MODES,
+    RECALL_MODES,
     AgentMemory,
     Entry,
     Explanation,
-    Hit,
+    MemoryHit,
     MissingIdentity,
     RecallConfig,
     Selection,
@@ -36,11 +37,14 @@ from .tools import NOTHING_REMEMBERED, MemoryTool, MemoryToolkit, memory_tools
 from .verdict import DEFAULT_MODELS, VerdictModel
 
 __all__ = [
-    "AgentMemory", "AsyncAgentMemory", "Entry", "Explanation", "Hit", "Selection", "RecallConfig", "MissingIdentity",
-    "MODES", "DEFAULT_GATES", "DEFAULT_BAND_GATES", "DEFAULT_MODELS", "VerdictModel",
+    "AgentMemory", "AsyncAgentMemory", "Entry", "Explanation", "MemoryHit", "Selection", "RecallConfig",
+    "MissingIdentity", "RECALL_MODES", "DEFAULT_GATES", "DEFAULT_BAND_GATES", "DEFAULT_MODELS", "VerdictModel",
     "LabelPolicy", "ForgettingPolicy", "KindPolicy", "KINDS", "DEFAULT_KINDS",
     "EventBus", "MemoryEvent", "EVENT_TYPES",
     "memory_tools", "MemoryTool", "MemoryToolkit", "NOTHING_REMEMBERED",
     "inject_memories", "format_memories", "RecallingHistory", "SummarisingHistory", "RememberingRunner",
     "TimeHints", "parse_time_hints",
 ]
+
+__getattr__ = module_aliases(__name__, {"Hit": ("MemoryHit", lambda: MemoryHit),
+                                        "MODES": ("RECALL_MODES", lambda: RECALL_MODES)})

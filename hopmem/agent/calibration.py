@@ -1,10 +1,9 @@
 """Calibration: fit and store the verdict model, the verdict gate and the band gate from held-out queries.
 
 For each mode, queries the memory can answer (``related``) and cannot
-(``unrelated``) are recalled without receipts. With ``RecallConfig.verdict =
-"model"`` a :class:`~hopmem.agent.verdict.VerdictModel` is fitted on their
-verdict features and the verdict gate on the model's log-odds; with
-``"grounding"`` the verdict gate is fitted on the fixed statistic. The band gate
+(``unrelated``) are recalled without receipts. A
+:class:`~hopmem.agent.verdict.VerdictModel` is fitted on their verdict
+features and the verdict gate on the model's log-odds. The band gate
 is fitted on the best hit's evidence. Each gate admits at most
 ``error_budget`` of the unrelated queries (:func:`hopmem.gates.calibrate`);
 the verdict gate also admits at least ``min_coverage`` of the related ones
@@ -18,32 +17,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
+from .._deprecation import rename_keywords
 from ..errors import InvalidInput
-from ..gates import Gate, auc, calibrate as _calibrate_scores
-from .config import MODES, RecallConfig
+from ..gates import Gate, auc, calibrate as calibrate_scores
+from .config import RECALL_MODES
 from .recall import RecallMixin
 from .results import Selection
-from .verdict import (MODE_FEATURES, VerdictModel, cross_fitted_log_odds, default_model, features_for, fit_model,
-                      select_gates)
+from .verdict import DEFAULT_MODELS, MODE_FEATURES, VERDICT_FEATURES, VerdictModel, cross_fitted_log_odds, fit_model, \
+    select_gates
 
 __all__ = ["CalibrationMixin", "DEFAULT_MIN_COVERAGE"]
 
-
-def _floor_for(relevant: Sequence[float] | np.ndarray, irrelevant: Sequence[float] | np.ndarray, min_coverage: float,
-               floor_auc: float) -> float:
-    """``min_coverage`` for a gate on these scores, or 0 if they separate with an AUC of at least ``floor_auc``."""
-    if isinstance(floor_auc, bool) or not isinstance(floor_auc, (int, float)) or not 0.0 <= floor_auc <= 1.0:
-        raise InvalidInput(f"floor_auc: expected a number in [0, 1], got {floor_auc!r}")
-    if floor_auc >= 1.0 or not len(relevant) or not len(irrelevant):
-        return min_coverage
-    return min_coverage if auc(np.asarray(relevant, dtype=np.float64), np.asarray(irrelevant, dtype=np.float64)) \
-        < floor_auc else 0.0
-
-#: The share of related calibration queries a verdict gate must admit, whatever its error budget (chosen in
-#: the evaluation's tenth round: ``docs/agent-eval.md``).
+#: The share of related calibration queries a verdict gate must admit, whatever its error budget (chosen on
+#: the evaluation's conversations: ``docs/agent-eval.md``).
 DEFAULT_MIN_COVERAGE = 0.95
 #: The statistic given to a query with no candidates at all (below any real one).
 NO_CANDIDATES = {"grounding": -1.0, "model": -1000.0}
@@ -63,8 +53,8 @@ class CalibrationMixin(RecallMixin):
     """:meth:`calibrate`, :meth:`set_gates`, :meth:`gate_statistics` and the stored gates and models."""
 
     def _measure(self, texts: Sequence[str], session_id: str | None, mode: str) -> list[Selection]:
-        if mode not in MODES:
-            raise InvalidInput(f"mode: expected one of {MODES}, got {mode!r}")
+        if mode not in RECALL_MODES:
+            raise InvalidInput(f"mode: expected one of {RECALL_MODES}, got {mode!r}")
         if isinstance(texts, str):
             raise InvalidInput("texts: expected a list of str, got a single str")
         texts = [t.strip() if isinstance(t, str) else t for t in texts]
@@ -88,39 +78,58 @@ class CalibrationMixin(RecallMixin):
         candidates at all. The inputs of a model's statistic are in each
         selection's ``features`` (see :meth:`recall`).
         """
-        _, _, model, _ = select_gates(self._gates, self._band_gates, self._models, mode, self.config)
+        _, _, model, _ = select_gates(self._gates, self._band_gates, self._models, mode)
         unscored = NO_CANDIDATES["grounding" if model is None else "model"]
         return [None if sel.override is not None else (unscored if sel.statistic is None else sel.statistic)
                 for sel in self._measure(texts, session_id, mode)]
 
-    def calibrate(self, related: Sequence[str], unrelated: Sequence[str], *, session_id: str | None = None,
-                  error_budget: float = 0.25, min_coverage: float = DEFAULT_MIN_COVERAGE, floor_auc: float = 1.0,
-                  modes: Iterable[str] = MODES, holdout_fraction: float = 0.0, seed: int = 0) -> dict[str, Gate]:
+    def calibrate(self, related: Sequence[str], unrelated: Sequence[str], *, error_budget: float = 0.25,
+                  holdout: float = 0.0, seed: int = 0, session_id: str | None = None,
+                  min_coverage: float = DEFAULT_MIN_COVERAGE, modes: Iterable[str] = RECALL_MODES,
+                  **deprecated: Any) -> dict[str, Gate]:
         """Derive and store the abstention gates (and verdict models) from held-out queries.
 
         ``related`` are queries this memory holds an answer to, ``unrelated``
         queries it does not; neither should be queries you will evaluate on.
-        For each mode, with ``RecallConfig.verdict = "model"`` (the default), a
-        logistic :class:`~hopmem.agent.verdict.VerdictModel` is fitted on the
-        queries' verdict features (on the fitting part); then two gates are
-        fitted with :func:`hopmem.gates.calibrate` (at most ``error_budget`` of
-        the unrelated queries pass, on the fitting part, and for the verdict gate
-        at least ``min_coverage`` of the related ones, which wins where the two
-        conflict: a verdict that cannot separate the queries would otherwise
-        keep its budget by abstaining on most answerable ones; with ``floor_auc``
-        below 1, only a verdict gate whose out-of-fold AUC is below ``floor_auc``
-        gets the floor): the verdict gate on
-        the verdict statistic (the model's log-odds, or with ``verdict =
-        "grounding"`` the fixed statistic: does the memory hold anything
-        relevant?) and the band gate on the best hit's evidence (how strong is
-        a hit: "vague" below its ``tau``, "vivid" from its median relevant
-        value). Queries the gate does not decide (an exact rare token or a time
-        window matched) are left out; if no query with candidates is left on
-        one side, the mode keeps the default model. ``holdout_fraction`` holds
-        out part of each group (seeded by ``seed``) to measure the gates. Gates
-        and models are stored in the file and used by every later recall of
-        this namespace. Returns the verdict gates.
+        For each mode, a logistic :class:`~hopmem.agent.verdict.VerdictModel`
+        is fitted on the queries' verdict features (on the fitting part); then
+        two gates are fitted with :func:`hopmem.gates.calibrate` (at most
+        ``error_budget`` of the unrelated queries pass, on the fitting part,
+        and for the verdict gate at least ``min_coverage`` of the related ones,
+        which wins where the two conflict: a verdict that cannot separate the
+        queries would otherwise keep its budget by abstaining on most
+        answerable ones): the verdict gate on the model's log-odds (does the
+        memory hold anything relevant?) and the band gate on the best hit's
+        evidence (how strong is a hit: "vague" below its ``tau``, "vivid" from
+        its median relevant value). Queries the gate does not decide (an exact
+        rare token or a time window matched) are left out; if no query with
+        candidates is left on one side, the mode keeps the default model.
+        ``holdout`` holds out that share of each group (seeded by ``seed``) to
+        measure the gates. Gates and models are stored in the file and used by
+        every later recall of this namespace. Returns the verdict gates.
+
+        The defaults differ from :func:`hopmem.gates.calibrate`'s
+        (``error_budget=0.0``, ``holdout=0.3``) on purpose. The verdict gate
+        is fitted on out-of-fold log-odds: each query is scored by a model
+        fitted without it, so the gate's figures already estimate new
+        queries, and a holdout (which only measures the gates) would take
+        queries away from the few, hand-written ones an agent calibrates on.
+        And some unanswerable questions always look answerable to a memory
+        (a detail never stated about a remembered thing): a budget of 0 would
+        then abstain on most answerable ones. 0.25, with the ``min_coverage``
+        floor, was the smallest budget within half a point of the best
+        recall with an abstention F1 of at least 0.8 on the evaluation's
+        development conversations (docs/agent-eval.md): a starting point.
+
+        ``holdout_fraction`` is the deprecated name of ``holdout``.
         """
+        if deprecated:
+            unknown = sorted(set(deprecated) - {"holdout_fraction"})
+            if unknown:
+                raise TypeError(f"AgentMemory.calibrate() got an unexpected keyword argument {unknown[0]!r}")
+            if holdout != 0.0:
+                raise TypeError("AgentMemory.calibrate() got both 'holdout_fraction' (deprecated) and 'holdout'")
+            holdout = rename_keywords("AgentMemory.calibrate", deprecated, {"holdout_fraction": "holdout"})["holdout"]
         gates: dict[str, Gate] = {}
         bands: dict[str, Gate] = {}
         models: dict[str, VerdictModel | None] = {}
@@ -128,41 +137,32 @@ class CalibrationMixin(RecallMixin):
             rel = [sel for sel in self._measure(related, session_id, mode) if sel.override is None]
             unrel = [sel for sel in self._measure(unrelated, session_id, mode) if sel.override is None]
             n = len(self._rows)
-            if self.config.verdict == "model":
-                models[mode], gates[mode] = self._fit_verdict(mode, rel, unrel, error_budget, min_coverage,
-                                                              floor_auc, holdout_fraction, seed, n, self.config)
-            else:
-                models[mode] = None
-                statistics = ([-1.0 if s.statistic is None else s.statistic for s in rel],
-                              [-1.0 if s.statistic is None else s.statistic for s in unrel])
-                gates[mode] = _calibrate_scores(*statistics, error_budget,
-                                                min_coverage=_floor_for(*statistics, min_coverage, floor_auc),
-                                                holdout_fraction=holdout_fraction, seed=seed, writes=n, locations=n)
-            bands[mode] = _calibrate_scores([-1.0 if s.evidence is None else s.evidence for s in rel],
-                                            [-1.0 if s.evidence is None else s.evidence for s in unrel],
-                                            error_budget, holdout_fraction=holdout_fraction, seed=seed,
-                                            writes=n, locations=n)
+            models[mode], gates[mode] = self._fit_verdict(mode, rel, unrel, error_budget, min_coverage, holdout,
+                                                          seed, n)
+            bands[mode] = calibrate_scores([-1.0 if s.evidence is None else s.evidence for s in rel],
+                                           [-1.0 if s.evidence is None else s.evidence for s in unrel],
+                                           error_budget=error_budget, holdout_fraction=holdout, seed=seed,
+                                           writes=n, locations=n)
         self.set_gates(gates, bands, models)
         return gates
 
     @staticmethod
     def _fit_verdict(mode: str, rel: list[Selection], unrel: list[Selection], error_budget: float,
-                     min_coverage: float, floor_auc: float, holdout_fraction: float, seed: int, n: int,
-                     config: RecallConfig) -> tuple[VerdictModel, Gate]:
+                     min_coverage: float, holdout: float, seed: int, n: int) -> tuple[VerdictModel, Gate]:
         """The verdict model, fitted on the fitting part, and the gate on that part's out-of-fold log-odds."""
         rng = np.random.default_rng(seed)
-        rel_fit, rel_held = _split(rel, holdout_fraction, rng)
-        unrel_fit, unrel_held = _split(unrel, holdout_fraction, rng)
+        rel_fit, rel_held = _split(rel, holdout, rng)
+        unrel_fit, unrel_held = _split(unrel, holdout, rng)
         rel_features = [s.features for s in rel_fit if s.features]
         unrel_features = [s.features for s in unrel_fit if s.features]
         rel_scores: Iterable[float]
         unrel_scores: Iterable[float]
         if rel_features and unrel_features:
-            features = features_for(mode, config)
+            features = VERDICT_FEATURES[mode]
             model = fit_model(features, rel_features, unrel_features)
             rel_scores, unrel_scores = cross_fitted_log_odds(features, rel_features, unrel_features, seed=seed)
         else:  # nothing to fit: the default model never saw these queries, so its log-odds are fair
-            model = default_model(mode, config)
+            model = DEFAULT_MODELS[mode]
             rel_scores = [model.log_odds(f) for f in rel_features]
             unrel_scores = [model.log_odds(f) for f in unrel_features]
 
@@ -175,9 +175,8 @@ class CalibrationMixin(RecallMixin):
             return in_place(sels, [model.log_odds(s.features) for s in sels if s.features])
 
         rel_fit_scores, unrel_fit_scores = in_place(rel_fit, rel_scores), in_place(unrel_fit, unrel_scores)
-        gate = _calibrate_scores(rel_fit_scores, unrel_fit_scores, error_budget,
-                                 min_coverage=_floor_for(rel_fit_scores, unrel_fit_scores, min_coverage, floor_auc),
-                                 holdout_fraction=0.0, seed=seed, writes=n, locations=n)
+        gate = calibrate_scores(rel_fit_scores, unrel_fit_scores, error_budget=error_budget, min_coverage=min_coverage,
+                                holdout_fraction=0.0, seed=seed, writes=n, locations=n)
         if rel_held and unrel_held:
             # as hopmem.gates.calibrate reports them: counts and AUC over every score, figures held out
             rel_held_scores, unrel_held_scores = log_odds(rel_held), log_odds(unrel_held)
@@ -195,9 +194,9 @@ class CalibrationMixin(RecallMixin):
 
         A mode given a verdict gate but no band gate bands its hits with the
         verdict gate's cut points. A verdict gate applies to its mode's model's
-        log-odds when ``models`` gives one, otherwise to the grounding
-        statistic (``RecallConfig.verdict = "grounding"``), which is also what
-        gates stored before verdict models existed apply to.
+        log-odds when ``models`` gives one, otherwise to the fixed grounding
+        statistic (:func:`~hopmem.agent.verdict.grounding_statistic`), which is
+        also what gates stored before verdict models existed apply to.
         """
         self._check_open()
         band_gates = dict(band_gates or {})
@@ -205,8 +204,8 @@ class CalibrationMixin(RecallMixin):
         with self._lock:
             with self._store.transaction():
                 for mode, gate in gates.items():
-                    if mode not in MODES:
-                        raise InvalidInput(f"gates: unknown mode {mode!r}; expected one of {MODES}")
+                    if mode not in RECALL_MODES:
+                        raise InvalidInput(f"gates: unknown mode {mode!r}; expected one of {RECALL_MODES}")
                     key, band_key = f"gate:{self.namespace}:{mode}", f"bands:{self.namespace}:{mode}"
                     model_key = f"verdict:{self.namespace}:{mode}"
                     band = band_gates.get(mode)

@@ -1,4 +1,4 @@
-"""Retrieval and admission parameters of the agent memory (:class:`RecallConfig`) and its modes.
+"""Retrieval and admission parameters of the agent memory (:class:`RecallConfig`) and its recall modes.
 
 The defaults are documented in docs/agent-memory.md.
 """
@@ -10,11 +10,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from .._deprecation import module_aliases
 from ..errors import InvalidInput
 
-__all__ = ["MODES", "DURABILITIES", "DEFAULT_UPDATE_CUES", "DEFAULT_RRF_WEIGHTS", "MARGIN_FEATURES", "RecallConfig"]
+__all__ = ["RECALL_MODES", "DURABILITIES", "DEFAULT_UPDATE_CUES", "DEFAULT_RRF_WEIGHTS", "RecallConfig"]
 
-MODES = ("hybrid", "associative", "keyword")
+#: The recall modes: ``"hybrid"`` (every retriever), ``"associative"`` (engine reads only) and
+#: ``"keyword"`` (FTS5 and exact tokens only).
+RECALL_MODES = ("hybrid", "associative", "keyword")
 DURABILITIES = ("shared", "session")
 
 
@@ -30,21 +33,8 @@ DEFAULT_UPDATE_CUES = (
 )
 
 
-#: The semantic margins a verdict model can read (``RecallConfig.margin_feature``), as ``(head, skip)``:
-#: the mean cosine of the ``head`` nearest entries minus the mean cosine of the ten nearest after the
-#: ``skip`` nearest (see :func:`hopmem.agent.verdict.margin`). ``margin`` (the nearest against the ten
-#: nearest, itself included) is the original one.
-MARGIN_FEATURES: Mapping[str, tuple[int, int]] = {
-    "margin": (1, 0),
-    "margin_after3": (1, 3),
-    "margin_after5": (1, 5),
-    "margin_head3": (3, 3),
-    "margin_head5": (5, 5),
-}
-
-
 #: Weight of each ranked list in reciprocal rank fusion. The engine's reconstruction list
-#: ("associative") weighs 0 since the evaluation's thirteenth round: it moved near ties the wrong way.
+#: ("associative") weighs 0: on the evaluation's conversations it moved near ties the wrong way.
 #: Its score still counts in every candidate's evidence (``path``) and in the verdict.
 DEFAULT_RRF_WEIGHTS: Mapping[str, float] = {
     "semantic": 1.0, "associative": 0.0, "keyword": 1.0, "exact": 1.0, "time": 1.0,
@@ -65,60 +55,112 @@ class RecallConfig:
     * hybrid ``evidence = path + keyword_weight * keyword``; associative mode
       uses ``path``; keyword mode uses ``keyword``.
 
-    The verdict (abstain or not) compares one statistic with the verdict
-    gate's ``tau``. With ``verdict="model"`` (the default) the statistic is the
-    log-odds of a logistic model over the mode's verdict features (the best
-    candidate's evidence, the query's novelty, the semantic margin, chosen by
-    ``margin_feature`` among :data:`MARGIN_FEATURES`, and with
-    ``crowd_feature`` the number of entries almost as close as the nearest;
-    see :mod:`hopmem.agent.verdict`), fitted by :meth:`AgentMemory.calibrate`.
-    ``crowd_feature=False`` is the previous three-feature verdict.
-    With ``verdict="grounding"`` it is a fixed formula: hybrid ``best keyword
-    + grounding_semantic_weight * best path``, keyword mode the best keyword,
-    associative mode the best path (or, with
-    ``associative_statistic="first_contact"``, the read's first contact);
-    modes that read keywords subtract ``novelty_weight * novelty`` (the share
-    of the query's word weight in words no visible entry contains). Once the
-    verdict is yes, a hit needs ``evidence >= floor_ratio * best evidence``; the
-    band gate labels it. Independently of the verdict, a rare exact token or
-    the query's time window admits an entry, and the newer (or older) version
-    of an admitted hit is pulled in on its own evidence.
+    The verdict (abstain or not) compares the log-odds of a logistic model over
+    the mode's verdict features (the best candidate's evidence, the query's
+    novelty, the semantic margin and the crowd of entries almost as close as
+    the nearest; see :mod:`hopmem.agent.verdict`), fitted by
+    :meth:`AgentMemory.calibrate`, with the verdict gate's ``tau``. Once the
+    verdict is yes, a hit needs ``evidence >= floor_ratio * best evidence``
+    (in hybrid mode, or a semantic path of at least ``floor_ratio`` of the best
+    path, so that a statement sharing no words with the question is not held
+    back by another's keyword evidence); the band gate labels it.
+    Independently of the verdict, a rare exact token or the query's time
+    window admits an entry, and the newer (or older) version of an admitted
+    hit is pulled in on its own evidence and placed just ahead of the version
+    it displaced. A question that joins question clauses ("Where do I climb
+    now, and what's the hardest route there?", see :mod:`hopmem.agent.parts`)
+    is also searched part by part; a question comparing two events ("which
+    came first, A or B?") asks for no earlier version of a fact.
 
-    With ``split_parts`` a question that joins question clauses ("Where do I
-    climb now, and what's the hardest route there?", see
-    :mod:`hopmem.agent.parts`) is also searched part by part: each part's
-    lists join the fusion with ``part_weight`` times their usual weight, and
-    once the verdict is yes a part admits the candidates with ``evidence >=
-    floor_ratio * best evidence`` for that part. The verdict itself is the
-    whole question's.
+    The defaults were chosen on the evaluation's development conversations
+    with all-MiniLM-L6-v2 (docs/agent-eval.md). With another encoder, or
+    another kind of text, recalibrate (:meth:`AgentMemory.calibrate`) before
+    changing any of them, and measure a change on questions of your own.
 
-    ``version_order`` says how versions of one fact among the admitted hits
-    are ordered. ``"swap"``: they trade places, the preferred version (newest,
-    or oldest when the query asks for an earlier state) taking the group's
-    best score, the next one the second best, and so on. ``"adjacent"`` (the
-    default since the evaluation's thirteenth round): the preferred version
-    takes the group's best score and the others keep their own, the one it
-    displaced staying just behind it.
-
-    With ``comparison_cues`` (on by default), a question comparing two events ("which came
-    first, A or B?", "before or after") sets no order: its "first" or
-    "before" does not ask for the earlier version of a fact
-    (:func:`~hopmem.agent.temporal.parse_time_hints`).
-
-    ``novelty_ceiling`` says how :func:`~hopmem.agent.evidence.novelty`
-    weighs the query's words. A number ``c`` (the default 7.0, chosen in the
-    evaluation's thirteenth round): ``max(0, c - zipf)``, ``zipf`` being the
-    word's Zipf frequency in English (7.7 for "the", 5.2 for "moment", 3.7
-    for "renovation"), so an everyday word the memory lacks ("moment",
-    "mum") weighs less than a specific one. ``None``: the word's IDF in the
-    memory, where every word the memory lacks weighs the most (the
-    behaviour before; the uncalibrated default models are fitted for 7.0).
-
-    With ``path_floor`` (hybrid mode, on by default), once the verdict is yes a candidate is
-    also admitted when its semantic path alone reaches ``floor_ratio`` of the
-    best candidate's path, as associative mode would admit it: a statement
-    that shares no words with the question is then not held back by another
-    candidate's keyword evidence.
+    Attributes
+    ----------
+    beta : float
+        Inverse temperature of the engine's reads (> 0): how sharply a read
+        concentrates on the nearest entries. Higher makes the reconstruction
+        (``associative`` evidence) follow the nearest entry more closely.
+        Rarely worth changing.
+    assoc_k : int
+        Entries each engine read activates per partition (>= 1): the
+        semantic candidate list's length. Raise it for memories where answers
+        lie beyond the 32 nearest statements; it costs read time.
+    activation : {"compact", "exact"}
+        How engine reads scan the entries: ``"compact"`` scans a float16 copy
+        and re-scores the best candidates exactly (faster on large memories;
+        it differs from ``"exact"`` only when a true nearest entry falls
+        outside that pool), ``"exact"`` scans float32.
+    over_fetch : int
+        Keyword candidates fetched from FTS5 per partition (at least ``4 *
+        limit``; >= 1). Raise it when many entries are hidden by scope,
+        labels or expiry and keyword candidates run out.
+    rrf_k : float
+        The constant of reciprocal rank fusion, ``weight / (rrf_k + rank)``
+        (> 0). Larger flattens the difference between the first ranks.
+    keyword_weight : float
+        Weight of keyword evidence against the semantic path in hybrid mode's
+        evidence. Raise it for text where exact words matter more than
+        meaning (codes, names), lower it for paraphrased questions.
+    common_fraction : float
+        Query words found in more than this share of the visible entries
+        (in [0, 1]) are left out of the FTS5 query of a memory of 200 entries
+        or more: they add almost nothing to BM25 and cost time.
+    bm25_half : float
+        The BM25 score at which keyword evidence reaches 0.5 (> 0). Lower it
+        when entries are short and BM25 scores small.
+    floor_ratio : float
+        Once the verdict is yes, a candidate is admitted when its evidence
+        reaches this share of the best candidate's (in [0, 1]). Lower returns
+        more, weaker hits; higher returns only near ties with the best.
+    close_margin : float
+        An abstention within this distance below ``tau`` is reported as "too
+        close to call" in the selection's reason (wording only).
+    rare_min, rare_fraction : int, float
+        A query's identifier token (an order number, a ticket id) found in at
+        most ``max(rare_min, rare_fraction * N)`` visible entries admits them
+        whatever the verdict. Raise them when identifiers repeat across many
+        entries.
+    dedup_cosine : float
+        A new statement of the same kind whose cosine with an existing one
+        reaches this (and with the same value tokens) is merged into it
+        instead of stored twice. Above 1 disables merging.
+    supersede_cosine : float
+        A new statement phrased as a change (``update_cues``) supersedes its
+        most similar current statement of the same kind and scope when their
+        cosine reaches this. Above 1 disables supersession.
+    update_cues : str or None
+        Regular expression (case-insensitive) of the words that phrase a
+        statement as a change (default :data:`DEFAULT_UPDATE_CUES`, English).
+        Replace it for another language; None lets every similar statement
+        supersede.
+    label_boost, utility_boost, recency_boost : float
+        Multiplicative boosts that only reorder admitted hits: per label an
+        entry shares with the query's labels (from the memory's ``labeler``),
+        by learned utility (with ``reinforcement``), and by recency when the
+        query asks for the latest state (by age when it asks for an earlier
+        one, and for entries in the query's time window). 0 turns one off.
+    rrf_weights : mapping of str to float
+        Weight of each ranked list (``semantic``, ``associative``, ``keyword``,
+        ``exact``, ``time``) in the fusion; default :data:`DEFAULT_RRF_WEIGHTS`.
+    rebuild_dead_fraction : float
+        A partition is compacted (its engine memory rebuilt at the next read)
+        once its deleted entries outnumber both 16 and this share of its live
+        ones (in [0, 1]). Lower keeps reads lean after many deletions at the
+        cost of more rebuilds.
+    part_weight : float
+        Weight of a multi-part question's per-part lists in the fusion,
+        relative to the whole question's (in [0, 1]). 0 leaves the parts out of
+        the fusion (they still admit their own best candidates).
+    novelty_ceiling : float
+        How :func:`~hopmem.agent.evidence.novelty` weighs the query's words
+        (in (0, 10]): ``max(0, novelty_ceiling - zipf)``, ``zipf`` being the
+        word's Zipf frequency in English (7.7 for "the", 5.2 for "moment", 3.7
+        for "renovation"), so an everyday word the memory lacks weighs less
+        than a specific one. The default verdict models are fitted for 7.0:
+        recalibrate after changing it.
     """
 
     beta: float = 30.0
@@ -127,8 +169,6 @@ class RecallConfig:
     over_fetch: int = 50
     rrf_k: float = 20.0
     keyword_weight: float = 0.5
-    grounding_semantic_weight: float = 0.3
-    novelty_weight: float = 0.2
     common_fraction: float = 0.05
     bm25_half: float = 4.0
     floor_ratio: float = 0.6
@@ -142,22 +182,11 @@ class RecallConfig:
     utility_boost: float = 0.25
     recency_boost: float = 0.1
     rrf_weights: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_RRF_WEIGHTS))
-    associative_statistic: str = "evidence"
-    verdict: str = "model"
-    margin_feature: str = "margin"
-    crowd_feature: bool = True
     rebuild_dead_fraction: float = 0.2
-    split_parts: bool = True
     part_weight: float = 0.5
-    path_floor: bool = True
-    version_order: str = "adjacent"
-    comparison_cues: bool = True
-    novelty_ceiling: float | None = 7.0
+    novelty_ceiling: float = 7.0
 
     def __post_init__(self) -> None:
-        for name in ("split_parts", "path_floor", "comparison_cues"):
-            if not isinstance(getattr(self, name), bool):
-                raise InvalidInput(f"{name}: expected a bool, got {getattr(self, name)!r}")
         for name in ("beta", "rrf_k", "bm25_half"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not value > 0:
@@ -179,20 +208,17 @@ class RecallConfig:
                 object.__setattr__(self, "_cues", re.compile(self.update_cues, re.IGNORECASE))
             except (re.error, TypeError) as exc:
                 raise InvalidInput(f"update_cues: expected a regular expression or None: {exc}") from None
-        if self.novelty_ceiling is not None and (isinstance(self.novelty_ceiling, bool)
-                                                 or not isinstance(self.novelty_ceiling, (int, float))
-                                                 or not 0.0 < self.novelty_ceiling <= 10.0):
-            raise InvalidInput(f"novelty_ceiling: expected None or a number in (0, 10], got {self.novelty_ceiling!r}")
-        if self.version_order not in ("swap", "adjacent"):
-            raise InvalidInput(f"version_order: expected 'swap' or 'adjacent', got {self.version_order!r}")
+        if (isinstance(self.novelty_ceiling, bool) or not isinstance(self.novelty_ceiling, (int, float))
+                or not 0.0 < self.novelty_ceiling <= 10.0):
+            raise InvalidInput(f"novelty_ceiling: expected a number in (0, 10], got {self.novelty_ceiling!r}")
         if self.activation not in ("exact", "compact"):
             raise InvalidInput(f"activation: expected 'exact' or 'compact', got {self.activation!r}")
-        if self.verdict not in ("model", "grounding"):
-            raise InvalidInput(f"verdict: expected 'model' or 'grounding', got {self.verdict!r}")
-        if self.margin_feature not in MARGIN_FEATURES:
-            raise InvalidInput(f"margin_feature: expected one of {tuple(MARGIN_FEATURES)}, got {self.margin_feature!r}")
-        if not isinstance(self.crowd_feature, bool):
-            raise InvalidInput(f"crowd_feature: expected a bool, got {self.crowd_feature!r}")
-        if self.associative_statistic not in ("evidence", "first_contact"):
-            raise InvalidInput(
-                f"associative_statistic: expected 'evidence' or 'first_contact', got {self.associative_statistic!r}")
+
+    def phrased_as_change(self, text: str) -> bool:
+        """Whether ``text`` is phrased as a change of an earlier statement: it matches ``update_cues``
+        (always true with ``update_cues=None``). Such a statement may supersede a similar one."""
+        cues: re.Pattern[str] | None = getattr(self, "_cues", None)
+        return cues is None or cues.search(text) is not None
+
+
+__getattr__ = module_aliases(__name__, {"MODES": ("RECALL_MODES", lambda: RECALL_MODES)})

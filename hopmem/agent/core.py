@@ -12,31 +12,33 @@ calibration, feedback, maintenance); :class:`~hopmem.agent.AgentMemory` combines
 from __future__ import annotations
 
 import bisect
+import datetime
 import json
 import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ..centering import Centerer
+from ..encoders import Encoder
 from ..errors import IncompatibleStore, InvalidInput, NotFound
 from ..gates import Gate
 from . import english
 from . import keyword as kw
-from .config import MODES, RecallConfig
-from .encoding import encode_batches, encoder_record, space_centerer
+from .config import RECALL_MODES, RecallConfig
+from .encoding import encode_batches, encoder_dim, encoder_record, is_encoder, space_centerer
 from .events import EventBus, MemoryEvent
 from .index import Partition, Row, value_tokens
-from .labels import LabelPolicy
+from .labels import LabelPolicy, Labeler
 from .results import Entry
 from .retention import DEFAULT_KINDS, ForgettingPolicy, KindPolicy, retention, utility
 from .store import AgentStore, blob_vector
 from .validation import identity, now_checked, seconds, timestamp
-from .verdict import VerdictModel
+from .verdict import MODE_FEATURES, VerdictModel
 
 __all__ = ["MemoryCore"]
 
@@ -46,11 +48,15 @@ logger = logging.getLogger("hopmem.agent")
 class MemoryCore:
     """One namespace of one agent-memory file, in memory; the base of :class:`~hopmem.agent.AgentMemory`."""
 
-    def _init(self, path, *, encoder, namespace, reinforcement, forgetting, clock, label_policy, labeler,
-              kinds, capacity, session_ttl, centerer, config, day_zero, receipt_ttl, max_receipts) -> None:
+    def _init(self, path: str | os.PathLike[str], *, encoder: Encoder, namespace: str, reinforcement: bool,
+              forgetting: ForgettingPolicy | float | None, clock: Callable[[], float] | None,
+              label_policy: LabelPolicy | None, labeler: Labeler | None, kinds: Mapping[str, KindPolicy] | None,
+              capacity: int | None, session_ttl: float | datetime.timedelta | None, centerer: Centerer | None,
+              config: RecallConfig | None, day_zero: float | None, receipt_ttl: float | datetime.timedelta,
+              max_receipts: int) -> None:
         self.namespace = identity(namespace, "namespace", required=True)
-        if encoder is None or not hasattr(encoder, "encode"):
-            raise InvalidInput("encoder: expected an Encoder (with encode, name, dimension, fingerprint)")
+        if not is_encoder(encoder):
+            raise InvalidInput(f"encoder: expected an Encoder (with encode, name, dim, fingerprint), got {encoder!r}")
         self._clock = clock if clock is not None else time.time
         if not callable(self._clock):
             raise InvalidInput(f"clock: expected a callable returning seconds, got {type(clock).__name__}")
@@ -67,7 +73,7 @@ class MemoryCore:
         if labeler is not None and not callable(labeler):
             raise InvalidInput("labeler: expected a callable text -> labels")
         self.encoder = encoder
-        self.dim = int(encoder.dimension)
+        self.dim = encoder_dim(encoder)
         self.reinforcement = bool(reinforcement)
         self.forgetting = forgetting
         self.label_policy = label_policy or LabelPolicy()
@@ -83,8 +89,7 @@ class MemoryCore:
         self.config = config or RecallConfig()
         if not isinstance(self.config, RecallConfig):
             raise InvalidInput(f"config: expected a RecallConfig, got {type(self.config).__name__}")
-        if self.config.novelty_ceiling is not None:
-            english.preload()  # here, not in the first recall's latency
+        english.preload()  # here, not in the first recall's latency
         self.day_zero = timestamp(day_zero, "day_zero")
         receipt_seconds = seconds(receipt_ttl, "receipt_ttl")
         if receipt_seconds is None:  # receipts must expire: None would fail at the first recorded recall
@@ -154,7 +159,7 @@ class MemoryCore:
         self._gates: dict[str, Gate] = {}
         self._band_gates: dict[str, Gate] = {}
         self._models: dict[str, VerdictModel] = {}  # a gate stored without one is on the grounding statistic
-        for mode in MODES:
+        for mode in RECALL_MODES:
             raw = self._store.get_json(f"gate:{self.namespace}:{mode}")
             if raw is not None:
                 self._gates[mode] = Gate.from_dict(raw)
@@ -163,7 +168,15 @@ class MemoryCore:
                 self._band_gates[mode] = Gate.from_dict(raw)
             raw = self._store.get_json(f"verdict:{self.namespace}:{mode}")
             if raw is not None:
-                self._models[mode] = VerdictModel.from_dict(raw)
+                model = VerdictModel.from_dict(raw)
+                if set(model.features) <= MODE_FEATURES[mode]:
+                    self._models[mode] = model
+                else:  # fitted on features recall no longer computes: back to the defaults until recalibrated
+                    logger.warning("hopmem.agent: the stored %s verdict model of namespace %r reads features %s "
+                                   "that are no longer computed; using the default model and gate: call calibrate()",
+                                   mode, self.namespace, list(model.features))
+                    self._gates.pop(mode, None)
+                    self._band_gates.pop(mode, None)
 
     def _ingest(self, rows: Iterable[Any]) -> None:
         for rec in rows:

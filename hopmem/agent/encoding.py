@@ -21,6 +21,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..centering import Centerer
+from ..encoders import Encoder
 from ..errors import InvalidInput
 
 #: Texts per encoder call in :func:`encode_batches` (bounds the memory one call holds).
@@ -29,7 +30,7 @@ ENCODE_BATCH = 256
 PROGRESS_FROM = 1000
 
 
-def encode(encoder: Any, centerer: Centerer | None, dim: int, texts: Sequence[str]) -> np.ndarray:
+def encode(encoder: Encoder, centerer: Centerer | None, dim: int, texts: Sequence[str]) -> np.ndarray:
     """``texts`` encoded and centred (raw with ``centerer=None``), ``(len(texts), dim)`` float32;
     :class:`InvalidInput` if the encoder returns another shape or a non-finite value."""
     raw = np.asarray(encoder.encode(list(texts)), dtype=np.float32)
@@ -39,7 +40,7 @@ def encode(encoder: Any, centerer: Centerer | None, dim: int, texts: Sequence[st
     return raw if centerer is None else np.atleast_2d(centerer.transform(raw))
 
 
-def encode_batches(encoder: Any, centerer: Centerer, dim: int, texts: Sequence[str], *,
+def encode_batches(encoder: Encoder, centerer: Centerer, dim: int, texts: Sequence[str], *,
                    progress: bool | None = None, desc: str = "encoding") -> np.ndarray:
     """:func:`encode` over ``texts`` in batches of :data:`ENCODE_BATCH`.
 
@@ -68,13 +69,26 @@ def centerer_reference_texts() -> list[str]:
     return texts
 
 
-def encoder_record(encoder: Any) -> dict[str, Any]:
+def is_encoder(encoder: object) -> bool:
+    """Whether ``encoder`` has what the memory uses: ``encode``, ``fingerprint`` and its vectors' length
+    (``dim``, or ``dimension``)."""
+    return (encoder is not None and hasattr(encoder, "encode") and hasattr(encoder, "fingerprint")
+            and (hasattr(encoder, "dim") or hasattr(encoder, "dimension")))
+
+
+def encoder_dim(encoder: Encoder) -> int:
+    """The length of ``encoder``'s vectors: its ``dim``, or for an encoder without one its ``dimension``."""
+    dim = getattr(encoder, "dim", None)
+    return int(encoder.dimension if dim is None else dim)
+
+
+def encoder_record(encoder: Encoder) -> dict[str, Any]:
     """What a file records of its encoder: name, dimension and fingerprint."""
-    return {"name": str(getattr(encoder, "name", type(encoder).__name__)), "dimension": int(encoder.dimension),
+    return {"name": str(getattr(encoder, "name", type(encoder).__name__)), "dimension": encoder_dim(encoder),
             "fingerprint": str(encoder.fingerprint)}
 
 
-def space_centerer(encoder: Any, dim: int, centerer: Centerer | None = None) -> Centerer:
+def space_centerer(encoder: Encoder, dim: int, centerer: Centerer | None = None) -> Centerer:
     """The frozen centring mean for a new vector space: ``centerer`` (it must be fitted, of dimension ``dim``),
     or one fitted on :func:`centerer_reference_texts` encoded (checked) by ``encoder``."""
     if centerer is None:

@@ -53,26 +53,24 @@ def lexical_scorer(terms: Sequence[str], parts: Sequence[Partition]) -> Callable
     return score
 
 
-def novelty(terms: Sequence[str], parts: Sequence[Partition], ceiling: float | None = None) -> float:
+def novelty(terms: Sequence[str], parts: Sequence[Partition], ceiling: float) -> float:
     """Share of the query's word weight in words no visible entry contains (0 = all known).
 
-    A word weighs its IDF in the visible entries (``ceiling=None``), where
-    every unknown word gets the same, highest weight; or, with a
-    ``ceiling``, ``max(0, ceiling - zipf)`` with ``zipf`` its Zipf frequency
-    in English (:func:`hopmem.agent.english.zipf`), so that an everyday word
-    the memory never stored ("moment") weighs less than a specific one
-    ("renovation"). A word counts once per stem.
+    A word weighs ``max(0, ceiling - zipf)``, ``zipf`` being its Zipf
+    frequency in English (:func:`hopmem.agent.english.zipf`), so that an
+    everyday word the memory never stored ("moment") weighs less than a
+    specific one ("renovation"); ``ceiling`` is
+    ``RecallConfig.novelty_ceiling``. A word counts once per stem.
     """
     words: dict[str, str] = {}  # per stem, in order, its first word
     for t in terms:
         words.setdefault(kw.stem(t), t)
     if not words:
         return 0.0
-    n = sum(p.live for p in parts)
     total = unknown = 0.0
     for st, word in words.items():
         df = sum(p.df.get(st, 0) for p in parts)
-        weight = math.log((n + 1.0) / (df + 0.5)) if ceiling is None else max(0.0, ceiling - zipf(word))
+        weight = max(0.0, ceiling - zipf(word))
         total += weight
         if df == 0:
             unknown += weight

@@ -243,13 +243,13 @@ class RememberingRunner:
                 text = item.pop("text")
                 item.setdefault("session_id", self.session_id)
                 self.last_entries.append(self.memory.remember(text, **item))
-            self.memory._emit("extracted", self.session_id, self.memory._now(), count=len(self.last_entries),
-                              texts=[e.text for e in self.last_entries], dropped=max(0, dropped))
+            self.memory.publish("extracted", self.session_id, count=len(self.last_entries),
+                                texts=[e.text for e in self.last_entries], dropped=max(0, dropped))
         except Exception as exc:  # memory is an enhancement: never break a good answer
             logger.warning("hopmem.agent: extraction failed; the run's result is kept: %s", exc)
             try:
-                self.memory._emit("extraction_failed", self.session_id, self.memory._now(), error=repr(exc),
-                                  remembered=len(self.last_entries))
+                self.memory.publish("extraction_failed", self.session_id, error=repr(exc),
+                                    remembered=len(self.last_entries))
             except Exception:
                 logger.exception("hopmem.agent: could not publish extraction_failed")
         return output

@@ -148,4 +148,4 @@ class Partition:
 
 def value_tokens(text: str) -> frozenset[str]:
     """Tokens holding a digit: values that make two similar sentences different facts."""
-    return frozenset(t for t in kw._WORD.findall(text.lower()) if any(map(str.isdigit, t)))
+    return frozenset(t for t in kw.words(text) if any(map(str.isdigit, t)))

@@ -14,6 +14,7 @@ import functools
 import re
 
 __all__ = [
+    "words",
     "STOP_WORDS",
     "query_terms",
     "fts_or_query",
@@ -47,6 +48,11 @@ _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 # An identifier: letters/digits joined by - . _ # : / with at least one digit.
 _IDENT = re.compile(r"#?[^\W_](?:[\w.#:/-]*[^\W_])?", re.UNICODE)
 _SEPARATORS = frozenset("-._#:/")
+
+
+def words(text: str) -> list[str]:
+    """The word tokens of ``text``, lowercased: runs of letters and digits (``_`` and punctuation split)."""
+    return _WORD.findall(text.lower())
 
 
 def normalise_text(text: str) -> str:

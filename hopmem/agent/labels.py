@@ -77,6 +77,13 @@ class LabelPolicy:
             table[nkey] = None if values is None else frozenset(_norm(v, f"label value of {nkey!r}") for v in values)
         object.__setattr__(self, "_allowed", table)
 
+    @property
+    def allowed_values(self) -> Mapping[str, frozenset[str] | None] | None:
+        """The allowed keys, normalised, each with its allowed values (``None``: any value); ``None`` when
+        any key is allowed. What :attr:`allowed` says, as checked (for example to describe labels in a
+        tool's schema)."""
+        return None if self._allowed is None else dict(self._allowed)
+
     def _check_key(self, key: str, strict: bool) -> bool:
         if self._allowed is None or key in self._allowed:
             return True

@@ -12,9 +12,10 @@ from typing import Any
 import numpy as np
 
 from ..centering import Centerer
+from ..encoders import Encoder
 from ..errors import InvalidInput, NotFound
 from .core import MemoryCore
-from .encoding import encode_batches, encoder_record, space_centerer
+from .encoding import encode_batches, encoder_record, is_encoder, space_centerer
 from .results import Entry
 from .store import vector_blob
 from .validation import identity
@@ -157,7 +158,7 @@ class MaintenanceMixin(MemoryCore):
                 "encoder": dict(self.encoder_info),
             }
 
-    def reembed(self, encoder: Any, *, centerer: Centerer | None = None, progress: bool | None = None) -> int:
+    def reembed(self, encoder: Encoder, *, centerer: Centerer | None = None, progress: bool | None = None) -> int:
         """Migrate every namespace of the file to a new encoder (re-encode all texts).
 
         The centring mean is refitted (on the reference texts, or ``centerer``),
@@ -171,8 +172,8 @@ class MaintenanceMixin(MemoryCore):
         :data:`~hopmem.agent.encoding.PROGRESS_FROM` entries on, when stderr is a terminal).
         """
         self._check_open()
-        if encoder is None or not all(hasattr(encoder, a) for a in ("encode", "dimension", "fingerprint")):
-            raise InvalidInput("encoder: expected an Encoder (with encode, dimension, fingerprint)")
+        if not is_encoder(encoder):
+            raise InvalidInput(f"encoder: expected an Encoder (with encode, dim, fingerprint), got {encoder!r}")
         info = encoder_record(encoder)
         dim = info["dimension"]
         centerer = space_centerer(encoder, dim, centerer)

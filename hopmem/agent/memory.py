@@ -48,7 +48,7 @@ Modules
 * :mod:`~hopmem.agent.maintenance`: inspection, forgetting, pruning, re-embedding.
 
 :mod:`~hopmem.agent.config` (:class:`RecallConfig`), :mod:`~hopmem.agent.results`
-(:class:`Entry`, :class:`Selection`, :class:`Hit`, :class:`Explanation`) and
+(:class:`Entry`, :class:`Selection`, :class:`MemoryHit`, :class:`Explanation`) and
 :mod:`~hopmem.agent.validation` (:class:`MissingIdentity`) hold the public types,
 all importable from here and from :mod:`hopmem.agent`.
 """
@@ -60,15 +60,18 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from .._deprecation import module_aliases
 from ..centering import Centerer
+from ..encoders import Encoder
+from ..errors import InvalidInput
 from .calibration import CalibrationMixin
 from .config import DEFAULT_RRF_WEIGHTS, DEFAULT_UPDATE_CUES, DURABILITIES  # noqa: F401 (importable from here)
-from .config import MODES, RecallConfig
-from .events import MemoryEvent
+from .config import RECALL_MODES, RecallConfig
+from .events import EVENT_TYPES, MemoryEvent
 from .feedback import FeedbackMixin
 from .labels import LabelPolicy, Labeler
 from .maintenance import MaintenanceMixin
-from .results import Entry, Explanation, Hit, Selection
+from .results import Entry, Explanation, MemoryHit, Selection
 from .retention import ForgettingPolicy, KindPolicy
 from .validation import MissingIdentity
 from .verdict import DEFAULT_BAND_GATES, DEFAULT_GATES
@@ -78,11 +81,11 @@ __all__ = [
     "AgentMemory",
     "Entry",
     "Explanation",
-    "Hit",
+    "MemoryHit",
     "Selection",
     "RecallConfig",
     "MissingIdentity",
-    "MODES",
+    "RECALL_MODES",
     "DEFAULT_GATES",
     "DEFAULT_BAND_GATES",
 ]
@@ -101,7 +104,7 @@ class AgentMemory(WritesMixin, CalibrationMixin, FeedbackMixin, MaintenanceMixin
         cls,
         path: str | os.PathLike[str],
         *,
-        encoder: Any,
+        encoder: Encoder,
         namespace: str,
         reinforcement: bool = False,
         forgetting: ForgettingPolicy | float | None = None,
@@ -191,3 +194,24 @@ class AgentMemory(WritesMixin, CalibrationMixin, FeedbackMixin, MaintenanceMixin
     def subscribe(self, callback: Callable[[MemoryEvent], Any], types: Iterable[str] | None = None) -> Callable[[], None]:
         """Subscribe to events (see :mod:`hopmem.agent.events`); returns an unsubscribe function."""
         return self.events.subscribe(callback, types)
+
+    def publish(self, event_type: str, session_id: str | None = None, **data: Any) -> None:
+        """Send an event of ``event_type`` (one of :data:`~hopmem.agent.events.EVENT_TYPES`) about ``session_id``
+        to this memory's subscribers, stamped with the memory's clock (:meth:`now`).
+
+        The memory publishes its own events; this is for helpers that act on
+        its behalf, such as :class:`~hopmem.agent.RememberingRunner`
+        (``extracted``, ``extraction_failed``). ``data`` should be plain
+        JSON-like values.
+        """
+        if event_type not in EVENT_TYPES:
+            raise InvalidInput(f"event_type: expected one of {sorted(EVENT_TYPES)}, got {event_type!r}")
+        self._emit(event_type, session_id, self._now(), **data)
+
+    def now(self) -> float:
+        """The memory's current time in seconds: its ``clock`` (see :meth:`open`), checked."""
+        return self._now()
+
+
+__getattr__ = module_aliases(__name__, {"Hit": ("MemoryHit", lambda: MemoryHit),
+                                        "MODES": ("RECALL_MODES", lambda: RECALL_MODES)})

@@ -19,7 +19,7 @@ from .config import RecallConfig
 from .evidence import Evidence
 from .index import Row
 from .labels import labels_overlap, merge_labels
-from .results import Explanation, Hit
+from .results import Explanation, MemoryHit
 
 __all__ = ["ranked_lists", "fuse", "head", "pull_versions", "apply_boosts", "order_versions", "build_hits",
            "chain_end", "version_groups"]
@@ -138,19 +138,14 @@ def apply_boosts(rows: Mapping[int, Row], admitted: Collection[int], fused: Mapp
 
 
 def order_versions(rows: Mapping[int, Row], ids: Sequence[int], order: str, final: dict[int, float],
-                   boosts: dict[int, dict[str, float]], style: str = "swap") -> None:
-    """Versions of one fact among ``ids``, newest first (``recent``) or oldest first.
-
-    ``style="swap"``: they trade places. ``"adjacent"``: the preferred version
-    takes the group's best score, the others keep theirs (below it).
-    """
+                   boosts: dict[int, dict[str, float]]) -> None:
+    """Versions of one fact among ``ids``: the preferred one (newest for ``recent``, else oldest) takes the
+    group's best score, the others keep theirs (just below it at most), so the version it displaced stays
+    right behind it rather than trading places with it."""
     for group in version_groups(rows, ids):
         by_time = sorted(group, key=lambda i: (rows[i].created_at, i), reverse=(order == "recent"))
-        if style == "adjacent":
-            top = max(final[i] for i in group)
-            values = [top] + [min(final[i], top * (1.0 - 1e-3)) for i in by_time[1:]]
-        else:
-            values = sorted((final[i] for i in group), reverse=True)
+        top = max(final[i] for i in group)
+        values = [top] + [min(final[i], top * (1.0 - 1e-3)) for i in by_time[1:]]
         for i, value in zip(by_time, values):
             if final[i] > 0 and abs(value - final[i]) > 1e-12:
                 boosts[i]["version order"] = value / final[i]
@@ -160,7 +155,7 @@ def order_versions(rows: Mapping[int, Row], ids: Sequence[int], order: str, fina
 def build_hits(rows: Mapping[int, Row], ordered_ids: Sequence[int], *, found: Candidates, evidence: Evidence,
                admitted: Mapping[int, str], ranks: Mapping[int, dict[str, int]], fused: Mapping[int, float],
                final: Mapping[int, float], boosts: Mapping[int, dict[str, float]], via: Mapping[int, int],
-               in_window: Collection[int], band_gate: Gate, use_keywords: bool) -> list[Hit]:
+               in_window: Collection[int], band_gate: Gate, use_keywords: bool) -> list[MemoryHit]:
     """The hits, each with its band and explanation."""
     # matched terms for the explanation, by the light stemmer (FTS5's Porter stemmer decided the ranking)
     term_stems = [(t, kw.stem(t)) for t in found.terms] if use_keywords else []
@@ -182,7 +177,7 @@ def build_hits(rows: Mapping[int, Row], ordered_ids: Sequence[int], *, found: Ca
             time_match=i in in_window, admitted_by=admitted[i],
             boosts={k: round(v, 4) for k, v in boosts[i].items()}, fused=round(fused[i], 6),
             superseded_by=row.superseded_by, via=via.get(i))
-        hits.append(Hit(entry_id=i, text=row.text, score=round(final[i], 6), band=band, explanation=expl,
+        hits.append(MemoryHit(entry_id=i, text=row.text, score=round(final[i], 6), band=band, explanation=expl,
                         kind=row.kind, durability=row.durability, session_id=row.session_id,
                         labels={k: list(v) for k, v in row.labels.items()}, metadata=row.metadata,
                         created_at=row.created_at, importance=row.importance))

@@ -24,13 +24,13 @@ from ..errors import InvalidInput
 from . import keyword as kw
 from . import ranking
 from .candidates import gather
-from .config import MODES
+from .config import RECALL_MODES
 from .core import MemoryCore
 from .evidence import Evidence, lexical_scorer
 from .index import Row
 from .labels import labels_match
 from .parts import split_parts
-from .results import Hit, Selection
+from .results import MemoryHit, Selection
 from .temporal import TimeHints, parse_time_hints
 from .validation import identity, statement
 from .verdict import abstention_reason, admission_reason, admit, admit_parts, decide, gate_note, select_gates
@@ -71,8 +71,8 @@ class RecallMixin(MemoryCore):
         statement(text)
         session_id = identity(session_id, "session_id", required=False)
         _check_limit(limit)
-        if mode not in MODES:
-            raise InvalidInput(f"mode: expected one of {MODES}, got {mode!r}")
+        if mode not in RECALL_MODES:
+            raise InvalidInput(f"mode: expected one of {RECALL_MODES}, got {mode!r}")
         wanted = self.label_policy.normalise(labels, strict=True) if labels else {}
         kind_set = None
         if kinds is not None:
@@ -132,7 +132,7 @@ class RecallMixin(MemoryCore):
 
     def _encode_query(self, text: str) -> tuple[np.ndarray, list[tuple[str, np.ndarray]]]:
         """The query's vector, and its parts with theirs when it is a multi-part question (one encoder call)."""
-        parts = split_parts(text, kw.query_terms) if self.config.split_parts else []
+        parts = split_parts(text, kw.query_terms)
         vecs = self._encode([text, *parts])
         return vecs[0], list(zip(parts, vecs[1:]))
 
@@ -175,7 +175,7 @@ class RecallMixin(MemoryCore):
 
         part_keys: list[str | None] = [None] if session_id is None else [None, session_id]
         parts = [p for p in (self._parts.get(k) for k in part_keys) if p is not None and p.live > 0]
-        hints = parse_time_hints(text, now, self.day_zero, comparisons=cfg.comparison_cues)
+        hints = parse_time_hints(text, now, self.day_zero, comparisons=True)
         tables = [self._fts[k] for k in part_keys if k in self._fts]
         found = gather(text, qvec, mode=mode, limit=limit, config=cfg, parts=parts, tables=tables,
                        store=self._store, rows=self._rows, by_time=self._by_time, hints=hints, visible=visible)
@@ -187,7 +187,7 @@ class RecallMixin(MemoryCore):
                                     visible=visible))
                       for ptext, pvec in pieces]
 
-        gate, band_gate, model, calibrated = select_gates(self._gates, self._band_gates, self._models, mode, cfg)
+        gate, band_gate, model, calibrated = select_gates(self._gates, self._band_gates, self._models, mode)
         override = "exact token" if found.exact else ("time window" if found.window_ids else None)
         # the fields every outcome shares (one selection id, made here)
         selection = functools.partial(
@@ -216,7 +216,7 @@ class RecallMixin(MemoryCore):
             part_evidence.append(pe)
         # the verdict is the whole question's: over its own candidates, as calibrated
         own = sorted(found.ids) if part_found and found.ids else cand
-        verdict = decide(mode, cfg, gate, model, evidence, own, found.first_contact, found.novelty)
+        verdict = decide(mode, cfg, gate, model, evidence, own, found.novelty)
         in_window = set(found.window_ids)
         admitted = admit(cand, evidence, verdict, band_gate, found.exact, in_window, admit_all)
         if verdict.passes:
@@ -241,7 +241,7 @@ class RecallMixin(MemoryCore):
             hint_order=hints.order, in_window=in_window)
         # an entry matched by an exact token keeps its place
         ranking.order_versions(self._rows, [i for i in admitted if i not in found.exact and ev[i] >= verdict.floor],
-                               order, final, boosts, cfg.version_order)
+                               order, final, boosts)
         ordered_ids = sorted(admitted, key=lambda i: (-final[i], -ev[i], i))[:limit]
         hits = ranking.build_hits(self._rows, ordered_ids, found=found, evidence=evidence, admitted=admitted,
                                   ranks=ranks, fused=fused, final=final, boosts=boosts, via=via, in_window=in_window,
@@ -250,7 +250,7 @@ class RecallMixin(MemoryCore):
         return selection(hits=tuple(hits), abstained=False, reason=reason + suffix, statistic=verdict.statistic,
                          evidence=verdict.best_evidence, features=verdict.features), expired_out
 
-    def rank(self, text: str, *, session_id: str | None = None, limit: int = 10, mode: str = "hybrid") -> list[Hit]:
+    def rank(self, text: str, *, session_id: str | None = None, limit: int = 10, mode: str = "hybrid") -> list[MemoryHit]:
         """The fused ranking of every candidate, ignoring the gate (no receipts, no events).
 
         For debugging ("why was this not recalled?") and for evaluating the
@@ -260,8 +260,8 @@ class RecallMixin(MemoryCore):
         self._check_open()
         text = statement(text)
         _check_limit(limit)
-        if mode not in MODES:
-            raise InvalidInput(f"mode: expected one of {MODES}, got {mode!r}")
+        if mode not in RECALL_MODES:
+            raise InvalidInput(f"mode: expected one of {RECALL_MODES}, got {mode!r}")
         session_id = identity(session_id, "session_id", required=False)
         vec, pieces = self._encode_query(text)
         with self._lock:

@@ -1,5 +1,5 @@
 """What the agent memory returns: an inspected :class:`Entry`, a recall's :class:`Selection` of
-:class:`Hit` objects, and each hit's :class:`Explanation`. Plain, frozen data.
+:class:`MemoryHit` objects, and each hit's :class:`Explanation`. Plain, frozen data.
 """
 
 from __future__ import annotations
@@ -7,7 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Entry", "Explanation", "Hit", "Selection"]
+from .._deprecation import module_aliases
+
+__all__ = ["Entry", "Explanation", "MemoryHit", "Selection"]
 
 
 @dataclass(frozen=True)
@@ -93,8 +95,12 @@ class Explanation:
 
 
 @dataclass(frozen=True)
-class Hit:
-    """One recalled entry: its text, fused score, confidence band and explanation."""
+class MemoryHit:
+    """One recalled entry: its text, fused score, confidence band and explanation.
+
+    Named apart from the hits of a text collection's recall (:mod:`hopmem.recall`); ``Hit`` is its
+    deprecated name.
+    """
 
     entry_id: int
     text: str
@@ -133,7 +139,7 @@ class Selection:
     namespace: str
     session_id: str | None
     mode: str
-    hits: tuple[Hit, ...]
+    hits: tuple[MemoryHit, ...]
     abstained: bool
     reason: str
     statistic: float | None
@@ -167,3 +173,6 @@ class Selection:
         out = {k: v for k, v in self.__dict__.items() if k != "hits"}
         out["hits"] = [h.to_dict() for h in self.hits]
         return out
+
+
+__getattr__ = module_aliases(__name__, {"Hit": ("MemoryHit", lambda: MemoryHit)})

@@ -215,11 +215,12 @@ def memory_tools(
     label_props: dict[str, Any] = {"type": "object",
                                    "description": "Optional labels, e.g. {\"topic\": [\"deploys\"]}."}
     policy = memory.label_policy
-    if policy._allowed is not None:
+    allowed = policy.allowed_values
+    if allowed is not None:
         label_props["properties"] = {
             key: {"type": "array", "items": ({"type": "string", "enum": sorted(values)} if values else
                                              {"type": "string"}), "maxItems": policy.max_values_per_key}
-            for key, values in policy._allowed.items()}
+            for key, values in allowed.items()}
         label_props["additionalProperties"] = False
 
     def remember(args: dict[str, Any], approved: bool) -> dict[str, Any]:

@@ -2,10 +2,9 @@
 
 Two questions, two gates (:class:`hopmem.gates.Gate`):
 
-1. **The verdict** compares one statistic with the verdict gate's ``tau``. By
-   default (``RecallConfig.verdict = "model"``) the statistic is the log-odds
-   of a small logistic model (:class:`VerdictModel`) over the mode's verdict
-   features (:data:`VERDICT_FEATURES`):
+1. **The verdict** compares one statistic with the verdict gate's ``tau``: the
+   log-odds of a small logistic model (:class:`VerdictModel`) over the mode's
+   verdict features (:data:`VERDICT_FEATURES`):
 
    * ``evidence``: the best candidate's evidence (hybrid ``path + 0.5 *
      keyword``, associative ``path``, keyword ``keyword``);
@@ -15,12 +14,10 @@ Two questions, two gates (:class:`hopmem.gates.Gate`):
    * ``margin``: how far the nearest entry's cosine stands above the mean of
      the ten nearest (modes that read vectors): a question about something
      remembered has one clear nearest statement, an unanswerable one a flat
-     neighbourhood (``RecallConfig.margin_feature`` selects a variant from
-     :data:`~hopmem.agent.config.MARGIN_FEATURES`; the default is this one);
+     neighbourhood;
    * ``crowd``: how many of the next nine nearest entries are within
-     :data:`CROWD_COSINE` (0.05) of the nearest one (modes that read vectors;
-     ``RecallConfig.crowd_feature``, on by default): a question answered by
-     several statements together (a history, a list) has several entries
+     :data:`CROWD_COSINE` (0.05) of the nearest one (modes that read vectors):
+     a question answered by several statements together (a history, a list) has several entries
      about as close as the best, which shrinks its margin; the model learns
      how much such a plateau says instead.
 
@@ -30,12 +27,14 @@ Two questions, two gates (:class:`hopmem.gates.Gate`):
    (:func:`cross_fitted_log_odds`), so that the error budget holds for new
    queries. Until then the
    :data:`DEFAULT_MODELS` (fitted on the development conversations,
-   ``benchmarks/agent_eval/dev_conversations.json``, with all-MiniLM-L6-v2) and
-   the strict :data:`DEFAULT_GATES` apply. With ``verdict = "grounding"`` (and
-   for gates stored without a model, such as files calibrated before models
-   existed) the statistic is the fixed formula of :func:`grounding_statistic`.
+   ``benchmarks/data/agent_eval/dev_conversations.json``, with all-MiniLM-L6-v2) and
+   the strict :data:`DEFAULT_GATES` apply. A gate stored without a model
+   (:meth:`~hopmem.agent.AgentMemory.set_gates` without ``models``, or a file
+   calibrated before models existed) applies to the fixed formula of
+   :func:`grounding_statistic` instead.
 2. **Which hits**: once the verdict is yes, a candidate needs ``evidence >=
-   floor_ratio * best evidence``; the band gate labels it. Independently of
+   floor_ratio * best evidence`` (in hybrid mode, or a semantic path of at
+   least ``floor_ratio`` of the best path); the band gate labels it. Independently of
    the verdict, a rare exact token or the query's time window admits an entry.
 """
 
@@ -50,44 +49,38 @@ import numpy as np
 
 from ..errors import InvalidInput
 from ..gates import Bands, Gate
-from .config import MARGIN_FEATURES, RecallConfig
+from .config import RecallConfig
 from .evidence import Evidence
 
-__all__ = ["DEFAULT_GATES", "DEFAULT_BAND_GATES", "DEFAULT_MODELS", "GROUNDING_DEFAULT_GATES", "OTHER_DEFAULTS",
-           "VERDICT_FEATURES", "CROWD_COSINE", "MARGIN_NEIGHBOURS",
-           "MODE_FEATURES", "CROSS_FIT_FOLDS", "WEAK_GATE_AUC", "VerdictModel", "Verdict", "default_model",
-           "features_for", "fit_model", "cross_fitted_log_odds", "margin",
+__all__ = ["DEFAULT_GATES", "DEFAULT_BAND_GATES", "DEFAULT_MODELS",
+           "VERDICT_FEATURES", "CROWD_COSINE", "MARGIN_NEIGHBOURS", "GROUNDING_SEMANTIC_WEIGHT",
+           "GROUNDING_NOVELTY_WEIGHT", "MODE_FEATURES", "CROSS_FIT_FOLDS", "WEAK_GATE_AUC", "VerdictModel", "Verdict",
+           "fit_model", "cross_fitted_log_odds", "margin",
            "verdict_features", "grounding_statistic", "select_gates",
            "gate_note", "decide", "admit", "abstention_reason", "admission_reason"]
 
-#: Entries whose cosines define a semantic margin: the nearest one(s) against the mean of this many.
+#: Entries whose cosines define the semantic margin: the nearest one against the mean of this many.
 MARGIN_NEIGHBOURS = 10
 #: ``crowd`` counts the next :data:`MARGIN_NEIGHBOURS` - 1 nearest entries within this cosine of the nearest.
 CROWD_COSINE = 0.05
 #: Below this calibrated AUC a reason warns that the gate barely separates related from unrelated queries.
 WEAK_GATE_AUC = 0.65
+#: The grounding statistic (:func:`grounding_statistic`, for gates stored without a model): weight of the
+#: best semantic path beside the best keyword evidence, in hybrid mode.
+GROUNDING_SEMANTIC_WEIGHT = 0.3
+#: The grounding statistic: weight of the query's novelty subtracted, in the modes that read keywords.
+GROUNDING_NOVELTY_WEIGHT = 0.2
 #: Folds for the out-of-fold log-odds that :meth:`~hopmem.agent.AgentMemory.calibrate` fits a gate on.
 CROSS_FIT_FOLDS = 5
-#: Which verdict features each mode can compute.
-MODE_FEATURES: Mapping[str, frozenset[str]] = {
-    "hybrid": frozenset({"evidence", "novelty", "crowd", *MARGIN_FEATURES}),
-    "associative": frozenset({"evidence", "crowd", *MARGIN_FEATURES}),
-    "keyword": frozenset({"evidence", "novelty"}),
+#: The features each mode's verdict model reads (see the module docstring): what
+#: :meth:`~hopmem.agent.AgentMemory.calibrate` fits.
+VERDICT_FEATURES: Mapping[str, tuple[str, ...]] = {
+    "hybrid": ("evidence", "novelty", "margin", "crowd"),
+    "associative": ("evidence", "margin", "crowd"),
+    "keyword": ("evidence", "novelty"),
 }
-
-
-def features_for(mode: str, config: RecallConfig) -> tuple[str, ...]:
-    """The features ``mode``'s verdict model reads under ``config`` (what :meth:`calibrate` fits)."""
-    if mode == "keyword":
-        return ("evidence", "novelty")
-    vector = (config.margin_feature, *(("crowd",) if config.crowd_feature else ()))
-    return ("evidence", "novelty", *vector) if mode == "hybrid" else ("evidence", *vector)
-
-
-#: The features each mode's verdict model reads with the default :class:`RecallConfig` (see the module
-#: docstring).
-VERDICT_FEATURES: Mapping[str, tuple[str, ...]] = {mode: features_for(mode, RecallConfig())
-                                                   for mode in ("hybrid", "associative", "keyword")}
+#: Which verdict features each mode can compute (a stored model may read a subset of them).
+MODE_FEATURES: Mapping[str, frozenset[str]] = {mode: frozenset(names) for mode, names in VERDICT_FEATURES.items()}
 #: L2 penalty of the logistic regression, on standardised features (chosen on the development set).
 MODEL_L2 = 1.0
 
@@ -217,35 +210,6 @@ DEFAULT_GATES: Mapping[str, Gate] = {
     "associative": _default_gate(1.62),
     "keyword": _default_gate(2.49),
 }
-#: Uncalibrated models and gates for other feature sets (``RecallConfig.margin_feature``,
-#: ``crowd_feature``), fitted the same way: here the models without ``crowd`` (``crowd_feature=False``,
-#: the defaults before it). A feature set without an entry uses its mode's :data:`DEFAULT_MODELS` and
-#: :data:`DEFAULT_GATES` entries (a model's features are computed by name whatever the configuration).
-OTHER_DEFAULTS: Mapping[tuple[str, ...], tuple[VerdictModel, Gate]] = {
-    ("evidence", "novelty", "margin"): (
-        VerdictModel(("evidence", "novelty", "margin"), (1.532, -3.111, 10.531), -1.036), _default_gate(2.00)),
-    ("evidence", "margin"): (VerdictModel(("evidence", "margin"), (4.317, 11.942), -2.824), _default_gate(1.68)),
-}
-
-
-def default_model(mode: str, config: RecallConfig) -> VerdictModel:
-    """The uncalibrated verdict model of ``mode`` under ``config``."""
-    return _defaults(mode, config)[0]
-
-
-def _defaults(mode: str, config: RecallConfig) -> tuple[VerdictModel, Gate]:
-    features = features_for(mode, config)
-    if DEFAULT_MODELS[mode].features != features and features in OTHER_DEFAULTS:
-        return OTHER_DEFAULTS[features]
-    return DEFAULT_MODELS[mode], DEFAULT_GATES[mode]
-
-
-#: The uncalibrated gates of ``RecallConfig.verdict = "grounding"`` (thresholds on that statistic).
-GROUNDING_DEFAULT_GATES: Mapping[str, Gate] = {
-    "hybrid": _default_gate(0.6),
-    "associative": _default_gate(0.5),
-    "keyword": _default_gate(0.75),
-}
 #: Cut points for a hit's band (on its evidence) until calibrated.
 DEFAULT_BAND_GATES: Mapping[str, Gate] = {
     "hybrid": _default_gate(0.6),
@@ -255,20 +219,18 @@ DEFAULT_BAND_GATES: Mapping[str, Gate] = {
 
 
 def select_gates(gates: Mapping[str, Gate], band_gates: Mapping[str, Gate], models: Mapping[str, VerdictModel],
-                 mode: str, config: RecallConfig) -> tuple[Gate, Gate, VerdictModel | None, bool]:
+                 mode: str) -> tuple[Gate, Gate, VerdictModel | None, bool]:
     """The verdict gate, the band gate, the verdict model (None: the grounding statistic) and whether
     the gates are calibrated, for ``mode``.
 
     A stored gate keeps the statistic it was calibrated on: its stored model,
-    or the grounding statistic when none was stored with it.
+    or the grounding statistic when none was stored with it. Without a stored
+    gate, the mode's :data:`DEFAULT_MODELS` and :data:`DEFAULT_GATES` apply.
     """
     gate = gates.get(mode)
     if gate is not None:
         return gate, band_gates.get(mode, gate), models.get(mode), True
-    if config.verdict == "model":
-        model, default_gate = _defaults(mode, config)
-        return default_gate, DEFAULT_BAND_GATES[mode], model, False
-    return GROUNDING_DEFAULT_GATES[mode], DEFAULT_BAND_GATES[mode], None, False
+    return DEFAULT_GATES[mode], DEFAULT_BAND_GATES[mode], DEFAULT_MODELS[mode], False
 
 
 def gate_note(gate: Gate, calibrated: bool, entries: int) -> str:
@@ -284,14 +246,13 @@ def gate_note(gate: Gate, calibrated: bool, entries: int) -> str:
     return ""
 
 
-def margin(near: Sequence[float], head: int, skip: int) -> float:
-    """Mean of the ``head`` first of the descending cosines ``near`` minus the mean of the
-    :data:`MARGIN_NEIGHBOURS` after the ``skip`` first (the last one if there are no more); 0 if empty."""
+def margin(near: Sequence[float]) -> float:
+    """The first of the descending cosines ``near`` minus the mean of the :data:`MARGIN_NEIGHBOURS` first
+    (itself included); 0 if empty."""
     if not near:
         return 0.0
-    top = near[:head]
-    rest = near[skip:skip + MARGIN_NEIGHBOURS] or near[-1:]
-    return sum(top) / len(top) - sum(rest) / len(rest)
+    rest = near[:MARGIN_NEIGHBOURS]
+    return near[0] - sum(rest) / len(rest)
 
 
 def verdict_features(mode: str, evidence: Evidence, ids: Sequence[int], novelty: float,
@@ -302,43 +263,36 @@ def verdict_features(mode: str, evidence: Evidence, ids: Sequence[int], novelty:
     values = {"evidence": evidence.value[evidence.best(ids)]}
     if "novelty" in wanted:
         values["novelty"] = novelty
-    vector = wanted & (set(MARGIN_FEATURES) | {"crowd"})
-    if vector:
+    if wanted & {"margin", "crowd"}:
         near = sorted((evidence.semantic[i] for i in ids if i in evidence.semantic), reverse=True)
-        for name in [m for m in MARGIN_FEATURES if m in vector]:
-            values[name] = margin(near, *MARGIN_FEATURES[name])
-        if "crowd" in vector:
+        if "margin" in wanted:
+            values["margin"] = margin(near)
+        if "crowd" in wanted:
             close = [c for c in near[1:MARGIN_NEIGHBOURS] if c >= near[0] - CROWD_COSINE]
             values["crowd"] = float(len(close))
     return values
 
 
-def grounding_statistic(mode: str, config: RecallConfig, evidence: Evidence, ids: Sequence[int],
-                        first_contact: float | None, novelty: float) -> tuple[float, str]:
-    """The fixed verdict statistic of ``verdict="grounding"`` and its description.
+def grounding_statistic(mode: str, evidence: Evidence, ids: Sequence[int], novelty: float) -> tuple[float, str]:
+    """The fixed verdict statistic of a gate stored without a model, and its description.
 
-    Hybrid ``best keyword + grounding_semantic_weight * best path``, keyword mode
-    the best keyword evidence, associative mode the best path (or, with
-    ``associative_statistic="first_contact"``, the read's first contact); modes
-    that read keywords subtract ``novelty_weight * novelty``.
+    Hybrid ``best keyword + GROUNDING_SEMANTIC_WEIGHT * best path``, keyword
+    mode the best keyword evidence, associative mode the best path; modes that
+    read keywords subtract ``GROUNDING_NOVELTY_WEIGHT * novelty``.
     """
-    cfg = config
     best_ev = evidence.value[evidence.best(ids)]
     if mode == "hybrid":
         best_kw = max(evidence.keyword.values())
         best_path = max(evidence.path(i) for i in ids)
-        statistic = best_kw + cfg.grounding_semantic_weight * best_path
-        what = f"grounding {best_kw:.3f} + {cfg.grounding_semantic_weight:.2f} x {best_path:.3f}"
-    elif mode == "associative" and cfg.associative_statistic == "first_contact" and first_contact is not None:
-        statistic = first_contact
-        what = f"first contact {statistic:.3f}"
+        statistic = best_kw + GROUNDING_SEMANTIC_WEIGHT * best_path
+        what = f"grounding {best_kw:.3f} + {GROUNDING_SEMANTIC_WEIGHT:.2f} x {best_path:.3f}"
     else:
         statistic = best_ev
         what = f"best evidence {best_ev:.3f}"
     if mode in ("hybrid", "keyword"):
-        statistic -= cfg.novelty_weight * novelty
+        statistic -= GROUNDING_NOVELTY_WEIGHT * novelty
         if novelty > 0.005:
-            what += f" - novelty {cfg.novelty_weight:.2f} x {novelty:.2f}"
+            what += f" - novelty {GROUNDING_NOVELTY_WEIGHT:.2f} x {novelty:.2f}"
     return statistic, what
 
 
@@ -356,19 +310,18 @@ class Verdict:
 
 
 def decide(mode: str, config: RecallConfig, gate: Gate, model: VerdictModel | None, evidence: Evidence,
-           ids: Sequence[int], first_contact: float | None, novelty: float) -> Verdict:
-    """Is anything relevant remembered? The verdict on the scored candidates ``ids``."""
+           ids: Sequence[int], novelty: float) -> Verdict:
+    """Is anything relevant remembered? The verdict on the scored candidates ``ids`` (``model`` None: the
+    grounding statistic)."""
     best_ev = evidence.value[evidence.best(ids)]
-    names = {*features_for(mode, config), *(model.features if model is not None else ())}
-    features = verdict_features(mode, evidence, ids, novelty, names)
+    features = verdict_features(mode, evidence, ids, novelty)
     if model is None:
-        statistic, what = grounding_statistic(mode, config, evidence, ids, first_contact, novelty)
+        statistic, what = grounding_statistic(mode, evidence, ids, novelty)
     else:
         statistic = model.log_odds(features)
         what = "log-odds from " + ", ".join(f"{name} {features[name]:.3f}" for name in model.features)
-    path_floor = None
-    if mode == "hybrid" and config.path_floor:
-        path_floor = config.floor_ratio * max(evidence.path(i) for i in ids)
+    # hybrid mode also admits on the semantic path alone (see admit)
+    path_floor = config.floor_ratio * max(evidence.path(i) for i in ids) if mode == "hybrid" else None
     return Verdict(statistic=statistic, what=f"statistic {statistic:.3f} ({what})", passes=statistic >= gate.tau,
                    best_evidence=best_ev, floor=config.floor_ratio * best_ev,
                    features={k: round(v, 6) for k, v in features.items()}, path_floor=path_floor)

@@ -188,8 +188,7 @@ class WritesMixin(MemoryCore):
         current statement of the same kind and scope when the new one is phrased as a change."""
         if explicit is not None:
             return [self._row(explicit)]
-        cues = getattr(self.config, "_cues", None)
-        if cues is not None and not cues.search(text):
+        if not self.config.phrased_as_change(text):
             return []
         heads = [(s, r) for s, r in similar if r.superseded_by is None and r.kind == kind and r.created_at <= created]
         if not heads:

@@ -13,7 +13,7 @@ from threadpoolctl import threadpool_limits
 # Kept referenced for the life of the process (as in bench_engine.py): one BLAS thread.
 BLAS_LIMITS = threadpool_limits(limits=1)
 
-from .experiments import abstention, basins, capacity, interference  # noqa: E402
+from benchmarks.experiments import abstention, basins, capacity, interference  # noqa: E402
 
 
 def track_capacity_90_plain_d64_beta5():
