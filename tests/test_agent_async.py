@@ -20,7 +20,7 @@ class SlowEncoder:
 
     def __init__(self, delay: float = 0.0) -> None:
         self.delay, self.threads = delay, set()
-        self.name, self.dimension, self.fingerprint = ENC.name, ENC.dimension, ENC.fingerprint
+        self.name, self.dim, self.fingerprint = ENC.name, ENC.dim, ENC.fingerprint
 
     def encode(self, texts):
         self.threads.add(threading.get_ident())

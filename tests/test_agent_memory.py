@@ -95,7 +95,7 @@ def test_remember_is_committed_before_it_returns(tmp_path):
     row = other.execute("SELECT text, labels, length(vector) FROM entries WHERE id = ?", (entry.id,)).fetchone()
     assert row[0] == FACTS[0]
     assert json.loads(row[1]) == {"topic": ["webhooks"]}
-    assert row[2] == 4 * ENC.dimension
+    assert row[2] == 4 * ENC.dim
     other.close()
     mem.close()
 
@@ -137,7 +137,7 @@ class BrokenEncoder:
 
     def __init__(self, how, fail_at=1, dimension=256):
         self.inner, self.how, self.fail_at, self.calls = HashingEncoder(dimension, seed=5), how, fail_at, 0
-        self.name, self.dimension, self.fingerprint = "broken", dimension, "broken-1"
+        self.name, self.dim, self.fingerprint = "broken", dimension, "broken-1"
 
     def encode(self, texts):
         self.calls += 1
@@ -777,7 +777,7 @@ class CountingEncoder:
 
     def __init__(self) -> None:
         self.inner, self.calls = ENC, 0
-        self.name, self.dimension, self.fingerprint = ENC.name, ENC.dimension, ENC.fingerprint
+        self.name, self.dim, self.fingerprint = ENC.name, ENC.dim, ENC.fingerprint
 
     def encode(self, texts):
         self.calls += 1

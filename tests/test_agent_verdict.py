@@ -136,8 +136,8 @@ def test_cross_fitting_removes_the_optimism_of_in_sample_log_odds():
         in_sample.append(auc(in_rel, in_irr))
         out_of_fold.append(auc(oof_rel, oof_irr))
         fresh_scores = np.array([model.log_odds(v) for v in fresh])
-        admitted_in.append(np.mean(fresh_scores >= calibrate(in_rel, in_irr, error_budget=0.25, holdout_fraction=0).tau))
-        admitted_out.append(np.mean(fresh_scores >= calibrate(oof_rel, oof_irr, error_budget=0.25, holdout_fraction=0).tau))
+        admitted_in.append(np.mean(fresh_scores >= calibrate(in_rel, in_irr, error_budget=0.25, holdout=0).tau))
+        admitted_out.append(np.mean(fresh_scores >= calibrate(oof_rel, oof_irr, error_budget=0.25, holdout=0).tau))
     # measured: AUC 0.65 in sample, 0.46 out of fold; new unrelated admitted 46% in sample, 24% out of fold
     assert np.mean(in_sample) > 0.6 and abs(np.mean(out_of_fold) - 0.5) < 0.08
     assert np.mean(admitted_in) > 0.35 and np.mean(admitted_out) <= 0.3

@@ -58,19 +58,7 @@ PUBLIC_UNDERSCORE = frozenset({"_replace", "_asdict", "_fields", "_make", "_fiel
 #: the test reports it; entries match on path and text (lines move as files are
 #: edited). Delete entries as they are fixed (a stale entry fails
 #: test_known_violations_are_still_there), and this constant once it is empty.
-KNOWN_VIOLATIONS: frozenset[str] = frozenset({
-    "hopmem/agent/history.py:246: self.memory._emit",
-    "hopmem/agent/history.py:246: self.memory._now",
-    "hopmem/agent/history.py:251: self.memory._emit",
-    "hopmem/agent/history.py:251: self.memory._now",
-    "hopmem/agent/index.py:151: kw._WORD",
-    "hopmem/agent/tools.py:218: policy._allowed",
-    "hopmem/agent/tools.py:222: policy._allowed",
-    "hopmem/agent/writes.py:191: getattr(self.config, '_cues')",
-    "hopmem/server/routes.py:286: m._kind",
-    "hopmem/server/routes.py:293: m._kind",
-    "hopmem/server/text_routes.py:111: m._kind",
-})
+KNOWN_VIOLATIONS: frozenset[str] = frozenset()
 
 
 def module_name(path: Path) -> str:

@@ -141,7 +141,7 @@ class CalibrationMixin(RecallMixin):
                                                           seed, n)
             bands[mode] = calibrate_scores([-1.0 if s.evidence is None else s.evidence for s in rel],
                                            [-1.0 if s.evidence is None else s.evidence for s in unrel],
-                                           error_budget=error_budget, holdout_fraction=holdout, seed=seed,
+                                           error_budget=error_budget, holdout=holdout, seed=seed,
                                            writes=n, locations=n)
         self.set_gates(gates, bands, models)
         return gates
@@ -176,7 +176,7 @@ class CalibrationMixin(RecallMixin):
 
         rel_fit_scores, unrel_fit_scores = in_place(rel_fit, rel_scores), in_place(unrel_fit, unrel_scores)
         gate = calibrate_scores(rel_fit_scores, unrel_fit_scores, error_budget=error_budget, min_coverage=min_coverage,
-                                holdout_fraction=0.0, seed=seed, writes=n, locations=n)
+                                holdout=0.0, seed=seed, writes=n, locations=n)
         if rel_held and unrel_held:
             # as hopmem.gates.calibrate reports them: counts and AUC over every score, figures held out
             rel_held_scores, unrel_held_scores = log_odds(rel_held), log_odds(unrel_held)

@@ -24,13 +24,13 @@ from typing import Any
 import numpy as np
 
 from ..centering import Centerer
-from ..encoders import Encoder
+from ..encoders import Encoder, encoder_dim
 from ..errors import IncompatibleStore, InvalidInput, NotFound
 from ..gates import Gate
 from . import english
 from . import keyword as kw
 from .config import RECALL_MODES, RecallConfig
-from .encoding import encode_batches, encoder_dim, encoder_record, is_encoder, space_centerer
+from .encoding import encode_batches, encoder_record, is_encoder, space_centerer
 from .events import EventBus, MemoryEvent
 from .index import Partition, Row, value_tokens
 from .labels import LabelPolicy, Labeler

@@ -21,7 +21,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..centering import Centerer
-from ..encoders import Encoder
+from ..encoders import Encoder, encoder_dim
 from ..errors import InvalidInput
 
 #: Texts per encoder call in :func:`encode_batches` (bounds the memory one call holds).
@@ -74,12 +74,6 @@ def is_encoder(encoder: object) -> bool:
     (``dim``, or ``dimension``)."""
     return (encoder is not None and hasattr(encoder, "encode") and hasattr(encoder, "fingerprint")
             and (hasattr(encoder, "dim") or hasattr(encoder, "dimension")))
-
-
-def encoder_dim(encoder: Encoder) -> int:
-    """The length of ``encoder``'s vectors: its ``dim``, or for an encoder without one its ``dimension``."""
-    dim = getattr(encoder, "dim", None)
-    return int(encoder.dimension if dim is None else dim)
 
 
 def encoder_record(encoder: Encoder) -> dict[str, Any]:

@@ -89,7 +89,8 @@ def _valid_collection_name(name: str) -> str:
 
 # -- bodies --------------------------------------------------------------------------------
 
-def _kind(value: Any) -> str:
+def kind_of(value: Any) -> str:
+    """How ``value`` reads in an error message: its JSON type, or the number itself."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -116,7 +117,7 @@ def parse_body(raw: bytes, *, required: bool = True) -> dict[str, Any]:
     except orjson.JSONDecodeError as exc:
         raise bad(f"request body: invalid JSON ({exc})") from None
     if not isinstance(data, dict):
-        raise bad(f"request body: expected a JSON object, got {_kind(data)}")
+        raise bad(f"request body: expected a JSON object, got {kind_of(data)}")
     return data
 
 
@@ -134,7 +135,7 @@ def field(body: dict[str, Any], name: str, default: Any = _MISSING) -> Any:
 
 def _check_numbers(row: Any, name: str) -> list:
     if not isinstance(row, list):
-        raise bad(f"{name}: expected an array of numbers, got {_kind(row)}")
+        raise bad(f"{name}: expected an array of numbers, got {kind_of(row)}")
     if not row:
         raise bad(f"{name}: expected a non-empty array of numbers")
     # One pass over the element types; bool is an int subclass and must not pass.
@@ -142,7 +143,7 @@ def _check_numbers(row: Any, name: str) -> list:
     if not types.issubset(_NUMBER_TYPES):
         for i, x in enumerate(row):
             if type(x) not in _NUMBER_TYPES:
-                raise bad(f"{name}[{i}]: expected a number, got {_kind(x)}")
+                raise bad(f"{name}[{i}]: expected a number, got {kind_of(x)}")
     return row
 
 
@@ -206,7 +207,7 @@ def vectors(body: dict[str, Any], name: str, dim: int, max_batch: int) -> list[l
     """A batch: a non-empty array of vectors, at most ``max_batch`` of them."""
     rows = field(body, name)
     if not isinstance(rows, list):
-        raise bad(f"{name}: expected an array of vectors, got {_kind(rows)}")
+        raise bad(f"{name}: expected an array of vectors, got {kind_of(rows)}")
     if not rows:
         raise bad(f"{name}: expected at least one vector")
     if len(rows) > max_batch:
@@ -222,7 +223,7 @@ def metadata_list(body: dict[str, Any], count: int) -> list | None:
     if meta is None:
         return None
     if not isinstance(meta, list):
-        raise bad(f"metadata: expected an array with one JSON value per vector, got {_kind(meta)}")
+        raise bad(f"metadata: expected an array with one JSON value per vector, got {kind_of(meta)}")
     if len(meta) != count:
         raise bad(f"metadata: expected {count} item(s), one per vector, got {len(meta)}")
     return meta
@@ -233,7 +234,7 @@ def strategy(body: dict[str, Any]) -> str:
     if value not in STRATEGIES:
         raise bad(f"unknown strategy: expected 'iterative' or 'fast', got {value!r}"
                   if isinstance(value, str) else
-                  f"strategy: expected 'iterative' or 'fast', got {_kind(value)}")
+                  f"strategy: expected 'iterative' or 'fast', got {kind_of(value)}")
     return value
 
 
@@ -245,7 +246,7 @@ def optional_int(body: dict[str, Any], name: str, default: int | None, *, minimu
     if type(value) is float and value.is_integer():
         value = int(value)
     if type(value) is not int:
-        raise bad(f"{name}: expected an integer, got {_kind(value)}")
+        raise bad(f"{name}: expected an integer, got {kind_of(value)}")
     if value < minimum or (maximum is not None and value > maximum):
         upper = f" and <= {maximum}" if maximum is not None else ""
         raise bad(f"{name}: expected an integer >= {minimum}{upper}, got {value}")
@@ -257,14 +258,14 @@ def optional_number(body: dict[str, Any], name: str, default: float | None) -> f
     if value is None:
         return None
     if type(value) not in _NUMBER_TYPES:
-        raise bad(f"{name}: expected a number, got {_kind(value)}")
+        raise bad(f"{name}: expected a number, got {kind_of(value)}")
     return float(value)
 
 
 def text(body: dict[str, Any], name: str) -> str:
     value = field(body, name)
     if not isinstance(value, str):
-        raise bad(f"{name}: expected a string, got {_kind(value)}")
+        raise bad(f"{name}: expected a string, got {kind_of(value)}")
     return value
 
 
@@ -273,14 +274,14 @@ def texts(body: dict[str, Any], name: str, max_batch: int, *, allow_empty: bool 
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list):
-        raise bad(f"{name}: expected an array of strings, got {_kind(value)}")
+        raise bad(f"{name}: expected an array of strings, got {kind_of(value)}")
     if not value and not allow_empty:
         raise bad(f"{name}: expected at least one string")
     if len(value) > max_batch:
         raise bad(f"{name}: at most {max_batch} per request (the batch cap), got {len(value)}")
     for i, item in enumerate(value):
         if not isinstance(item, str):
-            raise bad(f"{name}[{i}]: expected a string, got {_kind(item)}")
+            raise bad(f"{name}[{i}]: expected a string, got {kind_of(item)}")
     return value
 
 

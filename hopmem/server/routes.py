@@ -268,14 +268,14 @@ class Handlers:
         name = body.get("name")
         if not isinstance(name, str):
             raise HTTPError(400, "name: expected a database name (string), got "
-                            + ("nothing" if name is None else m._kind(name)))
+                            + ("nothing" if name is None else m.kind_of(name)))
         m.check_db_name(name)
         dim = body.get("dimension", body.get("dim"))
         if type(dim) is float and dim.is_integer():
             dim = int(dim)
         if type(dim) is not int or not 1 <= dim <= m.MAX_DIMENSION:
             raise HTTPError(400, f"dimension: expected an integer in [1, {m.MAX_DIMENSION}], got "
-                            + ("nothing" if dim is None else m._kind(dim)))
+                            + ("nothing" if dim is None else m.kind_of(dim)))
         config = {k: v for k, v in body.items() if k not in ("name", "dimension", "dim",
                                                              "encoder")}
         encoder = body.get("encoder")

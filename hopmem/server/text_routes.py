@@ -114,7 +114,7 @@ async def remember(h: Any, ctx: Any) -> Any:
     metadata = body.get("metadata")
     if metadata is not None and not isinstance(metadata, list):
         raise HTTPError(400, "metadata: expected an array with one object (or null) per text, "
-                             f"got {m._kind(metadata)}")
+                             f"got {m.kind_of(metadata)}")
     name, tc = await _text_collection(h, ctx, create=True)
     async with h.state.mutating(ctx.db, name):
         ids = await h.state.run_to_end(tc.remember, texts, metadata)
