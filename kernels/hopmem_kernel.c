@@ -23,6 +23,16 @@
 #define HM_INLINE static inline
 #endif
 
+/* A cache hint: GCC and clang's builtin, nothing elsewhere (a hint never
+ * changes a result, only when memory arrives). HM_PREFETCH_W: for writing. */
+#if defined(__GNUC__)
+#define HM_PREFETCH(p) __builtin_prefetch(p)
+#define HM_PREFETCH_W(p) __builtin_prefetch((p), 1)
+#else
+#define HM_PREFETCH(p) ((void)(p))
+#define HM_PREFETCH_W(p) ((void)(p))
+#endif
+
 #define LANES 16   /* float32 lanes per row in the scan: two 8-wide vectors */
 
 /* ---- float32 scan ---------------------------------------------------------- */
@@ -71,10 +81,10 @@ HM_INLINE void dot4p(const float *a0, const float *a1, const float *a2, const fl
     int64_t i = 0;
     for (; i + LANES <= dim; i += LANES) {
         if (pf) {
-            __builtin_prefetch(pf + i);
-            __builtin_prefetch(pf + dim + i);
-            __builtin_prefetch(pf + 2 * dim + i);
-            __builtin_prefetch(pf + 3 * dim + i);
+            HM_PREFETCH(pf + i);
+            HM_PREFETCH(pf + dim + i);
+            HM_PREFETCH(pf + 2 * dim + i);
+            HM_PREFETCH(pf + 3 * dim + i);
         }
         v8f xl = LD(x + i), xh = LD(x + i + 8);
         l0 += LD(a0 + i) * xl; h0 += LD(a0 + i + 8) * xh;
@@ -211,10 +221,12 @@ void hm_dots_batch(const float *A, int64_t n, int64_t dim, const float *X, int64
 }
 
 /* ---- compact activation: a half-precision copy of the addresses ------------ */
-/* Scanning IEEE halves moves half the bytes of the float32 scan; the top
- * candidates are then re-scored exactly with dot1(), so a read's activated set
- * differs from the exact one only when a true top-k row falls outside the
- * candidate pool (measured and tested). Writes always activate exactly. */
+/* Scanning IEEE halves moves half the bytes of the float32 scan. Every row
+ * whose half score lies within the proven error bound of the k-th best
+ * (hm_score_error) is then re-scored exactly with dot1(), so a read's
+ * activated set, its order and its similarities are bit-equal to the exact
+ * scan's (tests/test_compact.py holds reads of both to the same bits); only
+ * the cost differs. Writes always activate exactly. */
 
 #if defined(__GNUC__) && defined(__FLT16_MAX__)
 #define HM_HAVE_F16 1
@@ -523,13 +535,13 @@ HM_INLINE void combine_d(double *y, const double *w, const double *const *u, int
     int64_t i = 0;
 #if defined(__GNUC__)
     for (int64_t j = 0; j < n; j++)
-        for (int64_t b = 0; b < 64 && b < dim; b += 8) __builtin_prefetch(u[j] + b);
+        for (int64_t b = 0; b < 64 && b < dim; b += 8) HM_PREFETCH(u[j] + b);
     for (; i + 16 <= dim; i += 16) {
         v4d y0 = {0}, y1 = {0}, y2 = {0}, y3 = {0};
         for (int64_t j = 0; j < n; j++) {
             v4d f = {w[j], w[j], w[j], w[j]};
             const double *x = u[j] + i;
-            if (i + 80 <= dim) { __builtin_prefetch(x + 64); __builtin_prefetch(x + 72); }
+            if (i + 80 <= dim) { HM_PREFETCH(x + 64); HM_PREFETCH(x + 72); }
             y0 += f * LDD(x); y1 += f * LDD(x + 4);
             y2 += f * LDD(x + 8); y3 += f * LDD(x + 12);
         }
@@ -1186,7 +1198,7 @@ HM_INLINE int64_t visit_group(const hm_state *s, int64_t g, int64_t k, const flo
             for (int u = 4; u < 8; u++) {
                 const char *row = (const char *)(s->addresses + m[j + u] * d);
                 for (int64_t b = 0; b < d * (int64_t)sizeof(float); b += 64)
-                    __builtin_prefetch(row + b);
+                    HM_PREFETCH(row + b);
             }
         dot4p(s->addresses + m[j] * d, s->addresses + m[j + 1] * d,
               s->addresses + m[j + 2] * d, s->addresses + m[j + 3] * d, d, q, four, 1, NULL);
@@ -1340,7 +1352,7 @@ HM_INLINE int64_t activate(const hm_state *s, const hm_config *c, const float *q
         int64_t nc = at_least(scores, L, cut, a->cand);
         for (int64_t j = 0; j < nc; j++) {
             const char *row = (const char *)(s->addresses + a->cand[j] * d);
-            for (int64_t b = 0; b < d * (int64_t)sizeof(float); b += 64) __builtin_prefetch(row + b);
+            for (int64_t b = 0; b < d * (int64_t)sizeof(float); b += 64) HM_PREFETCH(row + b);
         }
         for (int64_t j = 0; j < nc; j++)
             a->vals[j] = dot1(s->addresses + a->cand[j] * d, d, a->qhat);
@@ -1490,15 +1502,15 @@ HM_INLINE void block_rows_moved(write_scratch *w) {
 /* Ask for a row of n doubles ahead of its use. */
 HM_INLINE void prefetch_doubles(const double *p, int64_t n) {
     const char *b = (const char *)p;
-    for (int64_t o = 0; o < n * (int64_t)sizeof(double); o += 64) __builtin_prefetch(b + o);
+    for (int64_t o = 0; o < n * (int64_t)sizeof(double); o += 64) HM_PREFETCH(b + o);
 }
 
 /* Ask for a location's counters and address ahead of an update. */
 HM_INLINE void prefetch_row(const hm_state *s, int64_t row) {
     const char *cr = (const char *)(s->counters + row * s->dim);
     const char *ar = (const char *)(s->addresses + row * s->dim);
-    for (int64_t b = 0; b < s->dim * (int64_t)sizeof(double); b += 64) __builtin_prefetch(cr + b, 1);
-    for (int64_t b = 0; b < s->dim * (int64_t)sizeof(float); b += 64) __builtin_prefetch(ar + b, 1);
+    for (int64_t b = 0; b < s->dim * (int64_t)sizeof(double); b += 64) HM_PREFETCH_W(cr + b);
+    for (int64_t b = 0; b < s->dim * (int64_t)sizeof(float); b += 64) HM_PREFETCH_W(ar + b);
 }
 
 HM_INLINE void write_competitive(hm_state *s, const hm_config *c, const float *x, int64_t vi,
