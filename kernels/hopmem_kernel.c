@@ -1758,13 +1758,356 @@ HM_INLINE int reuses_address(const hm_state *s, const hm_config *c, int64_t row)
     return !c->competitive && s->weights[row] == 1.0;
 }
 
+/* ---- full activation: one pass over the rows per step ----------------------------- */
+/* When every row is activated (k >= L) a read's softmax runs over all rows and
+ * nothing needs ranking, so a step streams the rows once, in row order, with
+ * no sort and no buffer the size of the memory: the online softmax of
+ * FlashAttention. Rows go in blocks of HM_STREAM_BLOCK: a block scores its
+ * rows, takes its own largest logit m_b, and sums e_j = exp(logit_j - m_b)
+ * and e_j * pattern_j in row order (the block's rows are still in L1/L2 for
+ * the read-out, so each row comes from memory once a step). Blocks are then
+ * merged in block order, each rescaled by exp(m_b - M). Block boundaries are
+ * fixed, so a query gives the same bits on any number of threads (threads
+ * share a super-block of blocks, each block writing its own partial) and in a
+ * batch (up to four queries share every row load; each query's arithmetic is
+ * the single query's, element by element).
+ *
+ * Scores, logits and weights are the ranked path's (the same dot products,
+ * beta * score in float64, exp); only the order of the sums differs: the
+ * ranked path sums best row first with one maximum, this one sums in row
+ * order with a maximum per block. Both are float64 sums of positive terms, so
+ * they differ by a few float64 ulps before the result is rounded to float32
+ * (docs/hopfield.md gives the bound that tests/test_hopfield.py enforces
+ * against a float64 textbook). */
+
+#define HM_STREAM_BLOCK 128   /* rows a block scores and reads out together */
+#define HM_STREAM_SUPER 64    /* blocks shared between threads at a time */
+
+typedef struct {
+    const float *A;       /* [n * dim] rows scored (addresses, or a user's patterns) */
+    const double *C;      /* [n * dim] rows read out (counters), or NULL: read out A */
+    const double *W;      /* [n] read-out divisors (location weights), or NULL */
+    int64_t n, dim;
+    int64_t nq;           /* queries in this pass: 1 .. 4 */
+    const float *q[4];    /* float32 queries, scored by dot1 (unused lanes padded) */
+    double beta;
+    int64_t b0;           /* the super-block's first block */
+    double *part;         /* [HM_STREAM_SUPER * nq * (dim + 2)]: m_b, sum_b, acc_b */
+} stream_job;
+
+/* The block, compiled twice (stream_template.h): with AVX2 loads where the
+ * CPU has them (GCC widens four floats poorly from generic vectors), and
+ * portable elsewhere; the same operations, so the same bits. */
+#if defined(__GNUC__)
+HM_INLINE void add_wide_portable(double *p, v8f v) {
+    for (int l = 0; l < 8; l++) p[l] += (double)v[l];
+}
+#define HM_ADD_WIDE(p, v) add_wide_portable((p), (v))
+#endif
+#define HM_STREAM_NAME stream_block_portable
+#define HM_STREAM_ATTR
+#define HM_LDF4(p) LDF4(p)
+#include "stream_template.h"
+#undef HM_STREAM_NAME
+#undef HM_STREAM_ATTR
+#undef HM_LDF4
+#undef HM_ADD_WIDE
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) \
+    && (defined(__linux__) || defined(__APPLE__))
+#include <immintrin.h>
+#define HM_HAVE_STREAM_AVX2 1
+#define HM_STREAM_NAME stream_block_avx2
+#define HM_STREAM_ATTR __attribute__((target("avx2")))
+#define HM_LDF4(p) ((v4d)_mm256_cvtps_pd(_mm_loadu_ps(p)))
+#define HM_ADD_WIDE(p, v) do {                                                            \
+        __m256 w_ = (__m256)(v);                                                          \
+        *(v4d_u *)(p) += (v4d)_mm256_cvtps_pd(_mm256_castps256_ps128(w_));                \
+        *(v4d_u *)((p) + 4) += (v4d)_mm256_cvtps_pd(_mm256_extractf128_ps(w_, 1));        \
+    } while (0)
+#include "stream_template.h"
+#undef HM_STREAM_NAME
+#undef HM_STREAM_ATTR
+#undef HM_LDF4
+#undef HM_ADD_WIDE
+#endif
+
+static void stream_block(const stream_job *jb, int64_t b) {
+#ifdef HM_HAVE_STREAM_AVX2
+    static int use_avx2 = -1;  /* any thread may settle it; all get the same answer */
+    int avx2 = __atomic_load_n(&use_avx2, __ATOMIC_RELAXED);
+    if (avx2 < 0) {
+        __builtin_cpu_init();
+        avx2 = __builtin_cpu_supports("avx2");
+        __atomic_store_n(&use_avx2, avx2, __ATOMIC_RELAXED);
+    }
+    if (avx2) { stream_block_avx2(jb, b); return; }
+#endif
+    stream_block_portable(jb, b);
+}
+
+static void stream_chunk(void *ctx, int64_t lo, int64_t hi) {
+    const stream_job *jb = (const stream_job *)ctx;
+    for (int64_t b = lo; b < hi; b++) stream_block(jb, jb->b0 + b);
+}
+
+/* Fold a block's partial into the running (M, S, acc) of its query. */
+HM_INLINE void stream_merge(double *M, double *S, double *acc, const double *p, int64_t d) {
+    if (*M == -INFINITY) {
+        *M = p[0];
+        *S = p[1];
+        memcpy(acc, p + 2, (size_t)d * sizeof(double));
+        return;
+    }
+    double m = p[0] > *M ? p[0] : *M, a = exp(*M - m), b = exp(p[0] - m);
+    *S = *S * a + p[1] * b;
+    for (int64_t i = 0; i < d; i++) acc[i] = acc[i] * a + p[2 + i] * b;
+    *M = m;
+}
+
+/* One step for jb->nq queries (1 .. 4; unused lanes of qf/qd padded): acc
+ * [nq * dim] = sum_j exp(logit_j - M_q) * pattern_j (not divided by S_q),
+ * M [nq] the largest logit, S [nq] = sum_j exp(logit_j - M_q). part: scratch
+ * of stream_part_size(). */
+static void stream_pass(stream_job *jb, double *part, double *M, double *S, double *acc) {
+    int64_t d = jb->dim, nq = jb->nq;
+    int64_t nblocks = (jb->n + HM_STREAM_BLOCK - 1) / HM_STREAM_BLOCK;
+    for (int64_t q = 0; q < nq; q++) { M[q] = -INFINITY; S[q] = 0.0; }
+    jb->part = part;
+    for (int64_t b0 = 0; b0 < nblocks; b0 += HM_STREAM_SUPER) {
+        int64_t nb = nblocks - b0 < HM_STREAM_SUPER ? nblocks - b0 : HM_STREAM_SUPER;
+        int64_t rows = (b0 + nb) * HM_STREAM_BLOCK < jb->n ? nb * HM_STREAM_BLOCK
+                                                           : jb->n - b0 * HM_STREAM_BLOCK;
+        jb->b0 = b0;
+        hm_parallel_rows(stream_chunk, jb, nb, 2.0 * (double)rows * (double)d * (double)nq);
+        for (int64_t b = 0; b < nb; b++)
+            for (int64_t q = 0; q < nq; q++)
+                stream_merge(M + q, S + q, acc + q * d, part + (b * nq + q) * (d + 2), d);
+    }
+}
+
+HM_INLINE size_t stream_part_size(int64_t n, int64_t dim, int64_t nq) {
+    int64_t nblocks = (n + HM_STREAM_BLOCK - 1) / HM_STREAM_BLOCK;
+    if (nblocks > HM_STREAM_SUPER) nblocks = HM_STREAM_SUPER;
+    return (size_t)(nblocks > 0 ? nblocks : 1) * (size_t)nq * (size_t)(dim + 2);
+}
+
+/* Whether a read activates every row and can stream them: any fast read, and
+ * an iterative read whose every unit pattern is its address (plain mode,
+ * every location of weight 1: see reuses_address). */
+HM_INLINE int streams(const hm_state *s, const hm_config *c, int fast_only) {
+    if (s->size <= 0 || c->k < s->size) return 0;
+    if (fast_only) return 1;
+    if (c->competitive) return 0;
+    for (int64_t j = 0; j < s->size; j++) if (s->weights[j] != 1.0) return 0;
+    return 1;
+}
+
+/* The float32 query a streamed step scores with: v / |v| rounded to float32
+ * (zeros when |v| < TINY), as unit_query makes a read's query. */
+HM_INLINE void unit_state(const double *v, int64_t dim, float *out) {
+    double norm = sqrt(ddot(v, v, dim));
+    if (norm < HM_TINY) memset(out, 0, (size_t)dim * sizeof(float));
+    else for (int64_t i = 0; i < dim; i++) out[i] = (float)(v[i] / norm);
+}
+
+/* Full-activation reads of nq queries (rows of Q), four at a time: results
+ * [nq * dim] (and fast [nq * dim] when not NULL: the one-step read), their
+ * iterations and convergence. Every query's bits are its single read's. When
+ * rows is not NULL (one query), the trace too: every row best first, its
+ * similarity, and the softmax weights of the step that made the result.
+ * An iterative step scores the rows against its state as a read scores them
+ * against a query (made unit and rounded to float32, float32 lanes), and
+ * reads out the addresses (the unit patterns here) in float64.
+ * Returns 0 or HM_ERR_NOMEM. */
+static int read_streamed(const hm_state *s, const hm_config *c, const float *Q, int64_t nq,
+                         int fast_only, float *results, float *fast, int64_t *rows,
+                         double *sims, double *weights, int32_t *iterations, int8_t *converged) {
+    int64_t d = s->dim, L = s->size;
+    size_t np = stream_part_size(L, d, 4);
+    /* float64: part | acc [4 d] | 2 states a query [8 d] | M, S [4 each];
+     * then float32 scoring queries [4 d] */
+    char *block = (char *)malloc((np + 12 * (size_t)d + 8) * sizeof(double)
+                                 + 4 * (size_t)d * sizeof(float));
+    if (!block) return HM_ERR_NOMEM;
+    double *part = (double *)block, *acc = part + np, *st = acc + 4 * d, *M = st + 8 * d;
+    double *S = M + 4;
+    float *qf = (float *)(S + 4);
+    if (rows) {
+        act_scratch a;
+        int64_t kk = act_alloc(&a, L, L, d) ? activate(s, c, Q, NULL, 0.0, rows, sims, &a)
+                                            : HM_ERR_NOMEM;
+        act_free(&a);
+        if (kk < 0) { free(block); return HM_ERR_NOMEM; }
+    }
+    stream_job jb;
+    memset(&jb, 0, sizeof jb);
+    jb.n = L;
+    jb.dim = d;
+    jb.beta = c->beta;
+    jb.A = s->addresses;
+    for (int64_t g = 0; g < nq; g += 4) {
+        int64_t ng = nq - g < 4 ? nq - g : 4;
+        const float *Qg = Q + g * d;
+        if (fast || fast_only) {  /* the one-step read: raw patterns (counters / weight) */
+            for (int64_t q = 0; q < ng; q++) unit_query(Qg + q * d, d, qf + q * d);
+            jb.C = s->counters;
+            jb.W = s->weights;
+            jb.nq = ng;
+            for (int q = 0; q < 4; q++) jb.q[q] = qf + (q < ng ? q : 0) * d;
+            stream_pass(&jb, part, M, S, acc);
+            for (int64_t q = 0; q < ng; q++) {
+                float *out = fast ? fast + (g + q) * d : results + (g + q) * d;
+                normalize_d(acc + q * d, d);
+                for (int64_t i = 0; i < d; i++) out[i] = (float)acc[q * d + i];
+                if (fast_only && fast) memcpy(results + (g + q) * d, out, (size_t)d * sizeof(float));
+                if (fast_only) { iterations[g + q] = 1; converged[g + q] = 1; }
+            }
+            if (rows && fast_only) softmax_d(sims, L, c->beta, weights);
+            if (fast_only) continue;
+        }
+        /* Iterative: the states on the sphere, the addresses as unit patterns. */
+        double *xi[4], *nxt[4];
+        int64_t act[4], na = 0;
+        for (int64_t q = 0; q < ng; q++) {
+            xi[q] = st + 2 * q * d;
+            nxt[q] = xi[q] + d;
+            for (int64_t i = 0; i < d; i++) xi[q][i] = (double)Qg[q * d + i];
+            normalize_d(xi[q], d);
+            iterations[g + q] = 0;
+            converged[g + q] = 0;
+            if (c->t_max > 0) act[na++] = q;
+        }
+        jb.C = NULL;
+        jb.W = NULL;
+        while (na > 0) {
+            jb.nq = na;
+            for (int64_t u = 0; u < na; u++) unit_state(xi[act[u]], d, qf + act[u] * d);
+            for (int u = 0; u < 4; u++) jb.q[u] = qf + act[u < na ? u : 0] * d;
+            stream_pass(&jb, part, M, S, acc);
+            int64_t keep = 0;
+            for (int64_t u = 0; u < na; u++) {
+                int64_t q = act[u];
+                memcpy(nxt[q], acc + u * d, (size_t)d * sizeof(double));
+                normalize_d(nxt[q], d);
+                int8_t conv = cos_d(xi[q], nxt[q], d) > 1.0 - c->epsilon;
+                double *t = xi[q]; xi[q] = nxt[q]; nxt[q] = t;
+                iterations[g + q]++;
+                converged[g + q] = conv;
+                if (!conv && iterations[g + q] < c->t_max) act[keep++] = q;
+                else if (rows) { M[0] = M[u]; S[0] = S[u]; }  /* one query: the last step's */
+            }
+            na = keep;
+        }
+        for (int64_t q = 0; q < ng; q++) {
+            float *out = results + (g + q) * d;
+            for (int64_t i = 0; i < d; i++) out[i] = (float)xi[q][i];
+        }
+        if (rows && c->t_max > 0) {  /* the last step's weights, rows best first */
+            for (int64_t j = 0; j < L; j++) {  /* qf holds the state that step scored */
+                double sj = (double)dot1(s->addresses + rows[j] * d, d, qf);
+                weights[j] = exp(c->beta * sj - M[0]) / S[0];
+            }
+        } else if (rows) {
+            softmax_d(sims, L, c->beta, weights);
+        }
+    }
+    free(block);
+    return HM_OK;
+}
+
+int hm_read_streams(const hm_state *s, const hm_config *c, int fast_only) {
+    return streams(s, c, fast_only);
+}
+
+int hm_read_full(const hm_state *s, const hm_config *c, const float *Q, int64_t nq,
+                 int fast_only, float *results, int32_t *iterations, int8_t *converged) {
+    if (!streams(s, c, fast_only)) return 0;
+    int rc = read_streamed(s, c, Q, nq, fast_only, results, NULL, NULL, NULL, NULL, iterations,
+                           converged);
+    return rc < 0 ? rc : 1;
+}
+
+/* The textbook update on a caller's patterns (see hopmem_kernel.h): the
+ * streamed step with the state rounded to float32 for scoring (as float32
+ * NumPy scores it) and read out in float64. */
+int hm_hopfield(const float *X, int64_t n, int64_t dim, const float *Q, int64_t nq,
+                double beta, int64_t steps, double epsilon, float *out, int32_t *iterations) {
+    size_t np = stream_part_size(n, dim, 4);
+    char *block = (char *)malloc((np + 12 * (size_t)dim + 8) * sizeof(double)
+                                 + 4 * (size_t)dim * sizeof(float));
+    if (!block) return HM_ERR_NOMEM;
+    double *part = (double *)block, *acc = part + np, *st = acc + 4 * dim, *M = st + 8 * dim;
+    double *S = M + 4;
+    float *qf = (float *)(S + 4);
+    stream_job jb;
+    memset(&jb, 0, sizeof jb);
+    jb.A = X;
+    jb.n = n;
+    jb.dim = dim;
+    jb.beta = beta;
+    for (int64_t g = 0; g < nq; g += 4) {
+        int64_t ng = nq - g < 4 ? nq - g : 4, act[4], na = 0;
+        double *xi[4], *nxt[4];
+        for (int64_t q = 0; q < ng; q++) {
+            xi[q] = st + 2 * q * dim;
+            nxt[q] = xi[q] + dim;
+            for (int64_t i = 0; i < dim; i++) xi[q][i] = (double)Q[(g + q) * dim + i];
+            iterations[g + q] = 0;
+            if (steps > 0) act[na++] = q;
+        }
+        while (na > 0) {
+            jb.nq = na;
+            for (int64_t u = 0; u < na; u++)
+                for (int64_t i = 0; i < dim; i++) qf[act[u] * dim + i] = (float)xi[act[u]][i];
+            for (int u = 0; u < 4; u++) jb.q[u] = qf + act[u < na ? u : 0] * dim;
+            stream_pass(&jb, part, M, S, acc);
+            int64_t keep = 0;
+            for (int64_t u = 0; u < na; u++) {
+                int64_t q = act[u];
+                double change = 0.0, size = 0.0;
+                for (int64_t i = 0; i < dim; i++) {
+                    double v = acc[u * dim + i] / S[u], t = v - xi[q][i];
+                    nxt[q][i] = v;
+                    change += t * t;
+                    size += v * v;
+                }
+                double *t = xi[q]; xi[q] = nxt[q]; nxt[q] = t;
+                iterations[g + q]++;
+                if (!(change <= epsilon * epsilon * size) && iterations[g + q] < steps)
+                    act[keep++] = q;
+            }
+            na = keep;
+        }
+        for (int64_t q = 0; q < ng; q++)
+            for (int64_t i = 0; i < dim; i++) out[(g + q) * dim + i] = (float)xi[q][i];
+    }
+    free(block);
+    return HM_OK;
+}
+
 HM_CLONES
 int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const float *dots,
                 double dots_error, int fast_only, float *result, float *fast_result,
                 int64_t *rows, double *sims, double *weights, int32_t *iterations,
                 int8_t *converged) {
+    if (streams(s, c, fast_only)) {  /* every row activated: one pass a step */
+        int rc = read_streamed(s, c, q, 1, fast_only, result, fast_result, rows, sims, weights,
+                               iterations, converged);
+        return rc < 0 ? rc : s->size;
+    }
     int64_t d = s->dim;
     int64_t kmax = c->k < s->size ? c->k : s->size;
+    if (!rows) {  /* no trace wanted: scratch for the ranked path's own use */
+        size_t kk = (size_t)(kmax > 0 ? kmax : 1);
+        char *own = (char *)malloc(kk * (sizeof(int64_t) + 2 * sizeof(double)));
+        if (!own) return HM_ERR_NOMEM;
+        int64_t rc = hm_read(s, c, q, dots, dots_error, fast_only, result, fast_result,
+                             (int64_t *)own, (double *)(own + kk * sizeof(int64_t)),
+                             (double *)(own + kk * (sizeof(int64_t) + sizeof(double))),
+                             iterations, converged);
+        free(own);
+        return rc;
+    }
     act_scratch a;
     size_t kp = (size_t)(kmax > 0 ? kmax : 1);
     /* The iterations read every activated row (address and unit pattern) at
