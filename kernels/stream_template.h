@@ -9,7 +9,7 @@
 /* acc_q[i] += f_q[j] * row_j[i], j = 0 .. n-1 in order, for one query or four
  * (acc + q * dim, f + q * HM_STREAM_BLOCK); rows of type T at R + j * dim.
  * Each acc_q[i] sees the same operations in the same order whatever nq is. */
-#define HM_AXPY_BODY(T, LD4)                                                              \
+#define HM_AXPY_BODY(T, LD4, PF)                                                              \
     for (int64_t j0 = 0; j0 < n; j0 += 8) {                                               \
         int64_t j1 = j0 + 8 < n ? j0 + 8 : n, i = 0;                                      \
         if (nq == 1) {                                                                    \
@@ -18,6 +18,7 @@
                 for (int64_t j = j0; j < j1; j++) {                                       \
                     v4d fv = {f[j], f[j], f[j], f[j]};                                    \
                     const T *x = R + j * dim + i;                                         \
+                    if (PF && j + 8 < n) HM_PREFETCH(x + 8 * dim);                        \
                     y0 += fv * LD4(x); y1 += fv * LD4(x + 4);                             \
                 }                                                                         \
                 *(v4d_u *)(acc + i) = y0; *(v4d_u *)(acc + i + 4) = y1;                   \
@@ -55,7 +56,7 @@
             }                                                                             \
     }
 #else
-#define HM_AXPY_BODY(T, LD4)                                                              \
+#define HM_AXPY_BODY(T, LD4, PF)                                                              \
     for (int64_t j0 = 0; j0 < n; j0 += 8) {                                               \
         int64_t j1 = j0 + 8 < n ? j0 + 8 : n;                                             \
         for (int64_t i = 0; i < dim; i++)                                                 \
@@ -124,7 +125,7 @@ HM_STREAM_ATTR static inline void HM_CAT(HM_STREAM_NAME, _axpy_f)(
 /* Float64 rows (counters): every product and sum in float64. */
 HM_STREAM_ATTR static inline void HM_CAT(HM_STREAM_NAME, _axpy_d)(
         double *acc, const double *f, const double *R, int64_t n, int64_t dim, int64_t nq) {
-    HM_AXPY_BODY(double, LDD)
+    HM_AXPY_BODY(double, LDD, 1)
 }
 
 /* One block: float32 scores (dot1's lanes), its largest logit, the weights,
