@@ -64,6 +64,32 @@ def test_capacity_at_90_is_a_number_within_the_grid():
     assert value == 32.0  # never fell below 90%: the grid's largest load
 
 
+def test_capacity_theory_grid_breaks_plain_mode_and_reports_the_theorem():
+    rows = capacity.recall_curves(**capacity.THEORY_TINY, progress=False)
+    assert {r["k"] for r in rows} == {"all"}
+    assert all(0.0 <= r["retrieval"] <= 1.0 for r in rows)
+    table = capacity.capacity_table(rows)
+    low = [t for t in table if t["beta"] == 10.0 and t["strategy"] == "iterative"]
+    # d = 16, beta = 10: fixed points merge long before 2,048 patterns (it breaks)...
+    assert low and all(t["retrieval_capacity"] < 2048 for t in low)
+    # ... while beta = 1,000 retrieves every pattern read from itself.
+    high = [t for t in table if t["beta"] == 1000.0 and t["strategy"] == "iterative"]
+    assert high and all(math.isinf(t["retrieval_capacity"]) for t in high)
+    theory = capacity.theory_table(table)
+    assert [row["Theorem 3 (p=0.001)"] for row in theory] == ["vacuous", "205"]
+
+
+def test_theorem_capacity_reproduces_the_papers_constants():
+    # Ramsauer et al.'s examples: c = 3.1546 for beta = 1, K = 3, d = 20 and
+    # c = 1.3718 for beta = 1, K = 1, d = 75 (p = 0.001); in cosine terms beta
+    # is beta K^2 (d - 1), and N = sqrt(p) c^((d - 1) / 4).
+    assert capacity.theorem_capacity(20, 9 * 19) == pytest.approx(
+        math.sqrt(0.001) * 3.1546108 ** (19 / 4), rel=1e-6)
+    assert capacity.theorem_capacity(75, 74) == pytest.approx(
+        math.sqrt(0.001) * 1.3718778 ** (74 / 4), rel=1e-6)
+    assert math.isnan(capacity.theorem_capacity(16, 10.0))  # the condition on c fails
+
+
 # -- basins -----------------------------------------------------------------------------
 
 def test_basins_recall_falls_with_the_angle():
