@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from benchmarks.experiments import _common as C
-from benchmarks.experiments import abstention, basins, capacity, interference, quantization
+from benchmarks.experiments import (abstention, basins, capacity, interference, quantization,
+                                    reconstruction)
 
 
 # -- helpers ----------------------------------------------------------------------------
@@ -88,6 +89,20 @@ def test_theorem_capacity_reproduces_the_papers_constants():
     assert capacity.theorem_capacity(75, 74) == pytest.approx(
         math.sqrt(0.001) * 1.3718778 ** (74 / 4), rel=1e-6)
     assert math.isnan(capacity.theorem_capacity(16, 10.0))  # the condition on c fails
+
+
+def test_competitive_reconstruction_of_few_near_orthogonal_inputs_is_explained():
+    m = reconstruction.measure()
+    reads = {(r["mode"], r["beta"], r["strategy"]): r for r in m["reads"]}
+    # The default competitive iterative read lands on one or two inputs...
+    assert reads[("competitive", 5.0, "iterative")]["distinct"] <= 2
+    # ... because the early locations absorbed most inputs (mixtures)...
+    assert max(m["absorbed"]) >= 6 and m["pattern_cos_range"][1] > 0.5
+    # ... while the query's best location is mostly its own, and plain mode reads each back.
+    assert sum(m["best_location_is_own"]) >= 6
+    assert reads[("plain", 5.0, "iterative")]["distinct"] == len(reconstruction.TEXTS)
+    assert min(reads[("plain", 5.0, "iterative")]["fidelity"]) > 0.99
+    assert "| competitive | 5 | iterative |" in reconstruction.report(m)
 
 
 # -- basins -----------------------------------------------------------------------------
