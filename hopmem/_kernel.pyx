@@ -90,6 +90,7 @@ cdef extern from "hopmem_kernel.h" nogil:
                     double dots_error, int fast_only, float *result, float *fast_result, int64_t *rows,
                     double *sims, double *weights, int32_t *iterations, int8_t *converged)
     int hm_read_streams(const hm_state *s, const hm_config *c, int fast_only)
+    void hm_stream_force_portable(int on)
     int hm_read_full(const hm_state *s, const hm_config *c, const float *Q, int64_t nq,
                      int fast_only, float *results, int32_t *iterations, int8_t *converged)
     int hm_hopfield(const float *X, int64_t n, int64_t dim, const float *Q, int64_t nq,
@@ -571,6 +572,12 @@ def hopfield(const float[:, ::1] X, const float[:, ::1] Q, double beta, int64_t 
     if rc < 0:
         _raise(rc, "hopfield")
     return out, iterations
+
+
+def stream_force_portable(bint on):
+    """For tests: streamed (full-activation) reads take their portable code (fmaf
+    and fma per lane) instead of AVX2 and FMA instructions. Not thread-safe."""
+    hm_stream_force_portable(on)
 
 
 def attention(state, cfg, const float[::1] q, double scale):

@@ -1795,30 +1795,41 @@ typedef struct {
     double *part;         /* [HM_STREAM_SUPER * nq * (dim + 2)]: m_b, sum_b, acc_b */
 } stream_job;
 
-/* The block, compiled twice (stream_template.h): with AVX2 loads where the
- * CPU has them (GCC widens four floats poorly from generic vectors), and
- * portable elsewhere; the same operations, so the same bits. */
+/* The block, compiled twice (stream_template.h): with AVX2 and FMA
+ * instructions where the CPU has both, and portable elsewhere (C99 fmaf and
+ * fma, correctly rounded like the instructions): the same bits either way. */
 #if defined(__GNUC__)
+HM_INLINE v8f fma8_portable(v8f a, v8f b, v8f c) {
+    v8f r;
+    for (int l = 0; l < 8; l++) r[l] = fmaf(a[l], b[l], c[l]);
+    return r;
+}
+HM_INLINE v4d fma4d_portable(v4d a, v4d b, v4d c) {
+    v4d r;
+    for (int l = 0; l < 4; l++) r[l] = fma(a[l], b[l], c[l]);
+    return r;
+}
 HM_INLINE void add_wide_portable(double *p, v8f v) {
     for (int l = 0; l < 8; l++) p[l] += (double)v[l];
 }
-#define HM_ADD_WIDE(p, v) add_wide_portable((p), (v))
-#endif
 #define HM_STREAM_NAME stream_block_portable
 #define HM_STREAM_ATTR
-#define HM_LDF4(p) LDF4(p)
+#define HM_FMA8(a, b, c) fma8_portable((a), (b), (c))
+#define HM_FMA4D(a, b, c) fma4d_portable((a), (b), (c))
+#define HM_ADD_WIDE(p, v) add_wide_portable((p), (v))
 #include "stream_template.h"
 #undef HM_STREAM_NAME
 #undef HM_STREAM_ATTR
-#undef HM_LDF4
+#undef HM_FMA8
+#undef HM_FMA4D
 #undef HM_ADD_WIDE
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) \
-    && (defined(__linux__) || defined(__APPLE__))
+#if !defined(__clang__) && defined(__x86_64__) && (defined(__linux__) || defined(__APPLE__))
 #include <immintrin.h>
 #define HM_HAVE_STREAM_AVX2 1
 #define HM_STREAM_NAME stream_block_avx2
-#define HM_STREAM_ATTR __attribute__((target("avx2")))
-#define HM_LDF4(p) ((v4d)_mm256_cvtps_pd(_mm_loadu_ps(p)))
+#define HM_STREAM_ATTR __attribute__((target("avx2,fma")))
+#define HM_FMA8(a, b, c) ((v8f)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))
+#define HM_FMA4D(a, b, c) ((v4d)_mm256_fmadd_pd((__m256d)(a), (__m256d)(b), (__m256d)(c)))
 #define HM_ADD_WIDE(p, v) do {                                                            \
         __m256 w_ = (__m256)(v);                                                          \
         *(v4d_u *)(p) += (v4d)_mm256_cvtps_pd(_mm256_castps256_ps128(w_));                \
@@ -1827,9 +1838,60 @@ HM_INLINE void add_wide_portable(double *p, v8f v) {
 #include "stream_template.h"
 #undef HM_STREAM_NAME
 #undef HM_STREAM_ATTR
-#undef HM_LDF4
+#undef HM_FMA8
+#undef HM_FMA4D
 #undef HM_ADD_WIDE
 #endif
+#else
+/* Other compilers: the same operations in scalars (lanes, trees, fused
+ * multiply-adds), one query at a time. */
+static float stream_dot_scalar(const float *a, const float *x, int64_t dim) {
+    float acc[LANES] = {0};
+    int64_t i = 0;
+    for (; i + LANES <= dim; i += LANES)
+        for (int l = 0; l < LANES; l++) acc[l] = fmaf(a[i + l], x[i + l], acc[l]);
+    for (int l = 0; i + l < dim; l++) acc[l] = fmaf(a[i + l], x[i + l], acc[l]);
+    return hsum16(acc);
+}
+
+static void stream_block_portable(const stream_job *jb, int64_t b) {
+    int64_t d = jb->dim, n = jb->n, nq = jb->nq;
+    int64_t lo = b * HM_STREAM_BLOCK, hi = lo + HM_STREAM_BLOCK < n ? lo + HM_STREAM_BLOCK : n;
+    double lg[HM_STREAM_BLOCK];
+    const float *A = jb->A + lo * d;
+    for (int64_t q = 0; q < nq; q++) {
+        double mx = -INFINITY, t = 0.0, *p = jb->part + ((b - jb->b0) * nq + q) * (d + 2);
+        for (int64_t r = 0; r < hi - lo; r++) {
+            lg[r] = jb->beta * (double)stream_dot_scalar(A + r * d, jb->q[q], d);
+            if (lg[r] > mx) mx = lg[r];
+        }
+        for (int64_t r = 0; r < hi - lo; r++) { lg[r] = exp(lg[r] - mx); t += lg[r]; }
+        if (jb->W) for (int64_t r = 0; r < hi - lo; r++) lg[r] /= jb->W[lo + r];
+        p[0] = mx;
+        p[1] = t;
+        for (int64_t i = 0; i < d; i++) p[2 + i] = 0.0;
+        for (int64_t j0 = 0; j0 < hi - lo; j0 += (jb->C ? 8 : 16)) {
+            int64_t j1 = j0 + (jb->C ? 8 : 16) < hi - lo ? j0 + (jb->C ? 8 : 16) : hi - lo;
+            for (int64_t i = 0; i < d; i++) {
+                if (jb->C) {
+                    double u = p[2 + i];
+                    for (int64_t j = j0; j < j1; j++) u = fma(lg[j], jb->C[(lo + j) * d + i], u);
+                    p[2 + i] = u;
+                } else {
+                    float u = 0.0f;
+                    for (int64_t j = j0; j < j1; j++) u = fmaf((float)lg[j], A[j * d + i], u);
+                    p[2 + i] += (double)u;
+                }
+            }
+        }
+    }
+}
+#endif
+
+/* For tests: 1 makes every streamed block take the portable code (fmaf and
+ * fma per lane), to hold it to the AVX2 code's bits. Not thread-safe. */
+static int stream_portable_only = 0;
+void hm_stream_force_portable(int on) { stream_portable_only = on; }
 
 static void stream_block(const stream_job *jb, int64_t b) {
 #ifdef HM_HAVE_STREAM_AVX2
@@ -1837,10 +1899,10 @@ static void stream_block(const stream_job *jb, int64_t b) {
     int avx2 = __atomic_load_n(&use_avx2, __ATOMIC_RELAXED);
     if (avx2 < 0) {
         __builtin_cpu_init();
-        avx2 = __builtin_cpu_supports("avx2");
+        avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
         __atomic_store_n(&use_avx2, avx2, __ATOMIC_RELAXED);
     }
-    if (avx2) { stream_block_avx2(jb, b); return; }
+    if (avx2 && !stream_portable_only) { stream_block_avx2(jb, b); return; }
 #endif
     stream_block_portable(jb, b);
 }
@@ -1900,6 +1962,21 @@ HM_INLINE int streams(const hm_state *s, const hm_config *c, int fast_only) {
     if (c->competitive) return 0;
     for (int64_t j = 0; j < s->size; j++) if (s->weights[j] != 1.0) return 0;
     return 1;
+}
+
+/* One row's score as a streamed block computes it (the trace's weights). */
+static void stream_score(const float *a, const float *q, int64_t dim, float *out) {
+#if defined(__GNUC__)
+#ifdef HM_HAVE_STREAM_AVX2
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !stream_portable_only) {
+        *out = stream_block_avx2_dot(a, q, dim);
+        return;
+    }
+#endif
+    *out = stream_block_portable_dot(a, q, dim);
+#else
+    *out = stream_dot_scalar(a, q, dim);
+#endif
 }
 
 /* The float32 query a streamed step scores with: v / |v| rounded to float32
@@ -2004,7 +2081,9 @@ static int read_streamed(const hm_state *s, const hm_config *c, const float *Q, 
         }
         if (rows && c->t_max > 0) {  /* the last step's weights, rows best first */
             for (int64_t j = 0; j < L; j++) {  /* qf holds the state that step scored */
-                double sj = (double)dot1(s->addresses + rows[j] * d, d, qf);
+                float v;
+                stream_score(s->addresses + rows[j] * d, qf, d, &v);
+                double sj = (double)v;
                 weights[j] = exp(c->beta * sj - M[0]) / S[0];
             }
         } else if (rows) {

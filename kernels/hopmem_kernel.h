@@ -160,6 +160,9 @@ int hm_read_full(const hm_state *s, const hm_config *c, const float *Q, int64_t 
 int hm_hopfield(const float *X, int64_t n, int64_t dim, const float *Q, int64_t nq,
                 double beta, int64_t steps, double epsilon, float *out, int32_t *iterations);
 
+/* For tests: 1 makes streamed reads take their portable code everywhere. */
+void hm_stream_force_portable(int on);
+
 /* Attention over the activated set; result [dim] not normalised. Returns k'. */
 int64_t hm_attention(const hm_state *s, const hm_config *c, const float *q, double scale,
                      float *result, int64_t *rows, double *sims, double *weights);
