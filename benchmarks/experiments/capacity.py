@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -292,6 +293,20 @@ TABLE_COLUMNS = ["angle_deg", "d", "mode", "k", "beta", "strategy", "capacity_st
                  "worst_ratio_to_nn"]
 
 
+def crosstalk_estimate(d: int, beta: float) -> float:
+    """Loads below which a pattern read from itself outweighs all the others, e^(beta - beta^2/2d).
+
+    A back-of-envelope estimate (not a theorem): a pattern scores 1 against
+    itself and its softmax weight is e^beta; N random unit patterns score about
+    N(0, 1/d) against it, and their weights add up to about N e^(beta^2 / 2d)
+    (the Gaussian's moment generating function). The pattern keeps most of the
+    weight, so an iteration stays near it, while N < e^(beta - beta^2 / 2d).
+    For beta >= d it is no longer meaningful (the maximum over N patterns, not
+    their sum, decides).
+    """
+    return math.exp(beta - beta * beta / (2.0 * d)) if beta < d else float("nan")
+
+
 def _fmt(value: float) -> str:
     return "vacuous" if math.isnan(value) else f"{value:.3g}"
 
@@ -326,6 +341,7 @@ def theory_table(table: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             "recall, k=20, 30°, iterative": cap(30.0, d, 20, beta, "iterative"),
             "NN ceiling, 30°": cap(30.0, d, "all", beta, "iterative", "nn_capacity_str"),
             "Theorem 3 (p=0.001)": _fmt(theorem_capacity(d, beta)),
+            "e^(β−β²/2d)": _fmt(crosstalk_estimate(d, beta)).replace("vacuous", "β ≥ d"),
             "0.138 d": f"{C.CLASSICAL_HOPFIELD * d:.1f}",
         })
     return out
@@ -354,6 +370,11 @@ def plot_theory(table: Sequence[dict[str, Any]]):
                 ys.append(v)
         ax.plot(xs, ys, "o-", color=colors[beta], label=f"measured β={beta:g}")
         ax.plot(open_x, open_y, "^", color=colors[beta], ms=9, mfc="none")
+        est = [(d, crosstalk_estimate(d, beta)) for d in dims]
+        est = [(d, v) for d, v in est if not math.isnan(v)]
+        if est:
+            ax.plot([d for d, _ in est], [v for _, v in est], ":", color=colors[beta], lw=1,
+                    label=f"e^(β−β²/2d) β={beta:g}")
         th = [(d, theorem_capacity(d, beta)) for d in dims]
         th = [(d, v) for d, v in th if not math.isnan(v)]
         if th:
@@ -376,7 +397,10 @@ def plot_theory(table: Sequence[dict[str, Any]]):
 
 def _theory(args) -> None:
     cfg = THEORY_QUICK if args.quick else THEORY_FULL
-    rows = recall_curves(**cfg, seed=args.seed, progress=not args.no_progress)
+    if args.from_csv:  # redraw the table and the plot from an earlier run's rows
+        rows = C.read_csv(args.from_csv)
+    else:
+        rows = recall_curves(**cfg, seed=args.seed, progress=not args.no_progress)
     table = capacity_table(rows)
     C.write_csv(args.out / "capacity_theory.csv", rows)
     C.write_csv(args.out / "capacity_theory_90.csv", table)
@@ -418,6 +442,8 @@ def _options(parser) -> None:
     parser.add_argument("--grid", choices=("engine", "theory", "all"), default="engine",
                         help="engine: d 64-1024, top-20 (default); theory: small d, loads to "
                              "2^17, every pattern activated, against Theorem 3; all: both")
+    parser.add_argument("--from-csv", type=Path,
+                        help="theory grid: redraw from this capacity_theory.csv, not rerun")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
