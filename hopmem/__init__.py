@@ -35,7 +35,7 @@ from .recall import Hit, RecallGate, RecallResult
 from .store import Collection, Database, DataDir, Document, DocumentHit, open
 from .text import TextCollection
 from .threads import get_threads, set_threads
-from .functional import hopfield  # noqa: E402  (the modern Hopfield update on your arrays)
+from .functional import hopfield  # the modern Hopfield update on your own arrays
 
 __all__ = [
     "Memory", "MemoryConfig", "Snapshot", "WriteResult", "Trace", "ScoredRead", "AttentionResult",

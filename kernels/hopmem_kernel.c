@@ -1772,13 +1772,16 @@ HM_INLINE int reuses_address(const hm_state *s, const hm_config *c, int64_t row)
  * batch (up to four queries share every row load; each query's arithmetic is
  * the single query's, element by element).
  *
- * Scores, logits and weights are the ranked path's (the same dot products,
- * beta * score in float64, exp); only the order of the sums differs: the
- * ranked path sums best row first with one maximum, this one sums in row
- * order with a maximum per block. Both are float64 sums of positive terms, so
- * they differ by a few float64 ulps before the result is rounded to float32
- * (docs/hopfield.md gives the bound that tests/test_hopfield.py enforces
- * against a float64 textbook). */
+ * The arithmetic differs from the ranked path's in order and rounding, not
+ * in kind: scores are float32 dot products of the float32 unit query (an
+ * iterative step's state made unit and rounded, as a read's query is), with
+ * fused multiply-adds in 16 lanes; logits and weights are float64 (beta *
+ * score, exp); a memory's fast read reads out its float64 counters in float64,
+ * float32 rows (addresses, a caller's patterns) are read out as float32
+ * products summed over tiles of 16 rows, then in float64. The ranked path
+ * sums best row first with one maximum, this one in row order with a maximum
+ * per block. docs/hopfield.md gives the error bound against a float64
+ * evaluation that tests/test_hopfield.py enforces. */
 
 #define HM_STREAM_BLOCK 128   /* rows a block scores and reads out together */
 #define HM_STREAM_SUPER 64    /* blocks shared between threads at a time */
