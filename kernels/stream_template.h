@@ -34,13 +34,20 @@ HM_STREAM_ATTR static inline float HM_CAT(HM_STREAM_NAME, _dot)(const float *a, 
 }
 
 /* Four rows against one query, or one row against four queries (the same
- * lanes per pair: a * x = x * a), out[0], out[stride], ... */
+ * lanes per pair: a * x = x * a), out[0], out[stride], ... pf: four rows to
+ * ask the cache for meanwhile (contiguous, dim apart), or NULL. */
 HM_STREAM_ATTR static inline void HM_CAT(HM_STREAM_NAME, _dot4)(
         const float *a0, const float *a1, const float *a2, const float *a3, const float *x,
-        int64_t dim, float *out, int64_t stride) {
+        int64_t dim, float *out, int64_t stride, const float *pf) {
     v8f l0 = {0}, h0 = {0}, l1 = {0}, h1 = {0}, l2 = {0}, h2 = {0}, l3 = {0}, h3 = {0};
     int64_t i = 0;
     for (; i + LANES <= dim; i += LANES) {
+        if (pf) {
+            HM_PREFETCH(pf + i);
+            HM_PREFETCH(pf + dim + i);
+            HM_PREFETCH(pf + 2 * dim + i);
+            HM_PREFETCH(pf + 3 * dim + i);
+        }
         v8f xl = LD(x + i), xh = LD(x + i + 8);
         l0 = HM_FMA8(LD(a0 + i), xl, l0); h0 = HM_FMA8(LD(a0 + i + 8), xh, h0);
         l1 = HM_FMA8(LD(a1 + i), xl, l1); h1 = HM_FMA8(LD(a1 + i + 8), xh, h1);
@@ -73,7 +80,12 @@ HM_STREAM_ATTR static inline void HM_CAT(HM_STREAM_NAME, _dot4)(
  * its terms' sizes. */
 #define HM_TILE 16
 HM_STREAM_ATTR static inline void HM_CAT(HM_STREAM_NAME, _axpy_f)(
-        double *acc, const float *f, const float *R, int64_t n, int64_t dim, int64_t nq) {
+        double *acc, const float *f, const float *R, int64_t n, int64_t dim, int64_t nq,
+        const float *end) {
+    /* While these rows (in L2 since the scores) are read out, the next block's
+     * rows are asked for, so its scores find them in cache: the read-out's
+     * arithmetic overlaps the next block's transfer (end: the rows' end). */
+    const float *next = R + HM_STREAM_BLOCK * dim;
     for (int64_t j0 = 0; j0 < n; j0 += HM_TILE) {
         int64_t j1 = j0 + HM_TILE < n ? j0 + HM_TILE : n, i = 0;
         if (nq == 1) {
@@ -82,6 +94,7 @@ HM_STREAM_ATTR static inline void HM_CAT(HM_STREAM_NAME, _axpy_f)(
                 for (int64_t j = j0; j < j1; j++) {
                     v8f fv = {f[j], f[j], f[j], f[j], f[j], f[j], f[j], f[j]};
                     const float *x = R + j * dim + i;
+                    if (next + j * dim + i + 16 <= end) HM_PREFETCH(next + j * dim + i);
                     t0 = HM_FMA8(fv, LD(x), t0);
                     t1 = HM_FMA8(fv, LD(x + 8), t1);
                 }
@@ -93,6 +106,7 @@ HM_STREAM_ATTR static inline void HM_CAT(HM_STREAM_NAME, _axpy_f)(
                 v8f t0 = {0}, u0 = {0}, t1 = {0}, u1 = {0}, t2 = {0}, u2 = {0}, t3 = {0}, u3 = {0};
                 for (int64_t j = j0; j < j1; j++) {
                     const float *x = R + j * dim + i;
+                    if (next + j * dim + i + 16 <= end) HM_PREFETCH(next + j * dim + i);
                     v8f lo = LD(x), hi = LD(x + 8);
                     float g0 = f[j], g1 = f[HM_STREAM_BLOCK + j], g2 = f[2 * HM_STREAM_BLOCK + j],
                           g3 = f[3 * HM_STREAM_BLOCK + j];
@@ -122,7 +136,9 @@ HM_STREAM_ATTR static inline void HM_CAT(HM_STREAM_NAME, _axpy_f)(
 /* Float64 rows (counters): acc_q[i] = fma(f_q[j], row_j[i], acc_q[i]) in row
  * order, every value in float64. */
 HM_STREAM_ATTR static inline void HM_CAT(HM_STREAM_NAME, _axpy_d)(
-        double *acc, const double *f, const double *R, int64_t n, int64_t dim, int64_t nq) {
+        double *acc, const double *f, const double *R, int64_t n, int64_t dim, int64_t nq,
+        const float *next, const float *end) {
+    /* next: the next block's scored rows, asked for meanwhile (see _axpy_f). */
     for (int64_t j0 = 0; j0 < n; j0 += 8) {
         int64_t j1 = j0 + 8 < n ? j0 + 8 : n, i = 0;
         for (; i + 8 <= dim; i += 8)
@@ -134,6 +150,8 @@ HM_STREAM_ATTR static inline void HM_CAT(HM_STREAM_NAME, _axpy_d)(
                     v4d fv = {fq[j], fq[j], fq[j], fq[j]};
                     const double *x = R + j * dim + i;
                     if (q == 0 && j + 8 < n) HM_PREFETCH(x + 8 * dim);
+                    if (q == 0 && (i & 15) == 0 && next + j * dim + i + 16 <= end)
+                        HM_PREFETCH(next + j * dim + i);
                     y0 = HM_FMA4D(fv, LDD(x), y0);
                     y1 = HM_FMA4D(fv, LDD(x + 4), y1);
                 }
@@ -162,12 +180,13 @@ HM_STREAM_ATTR static void HM_STREAM_NAME(const stream_job *jb, int64_t b) {
         int64_t r = 0;
         for (; r + 4 <= nr; r += 4)
             HM_CAT(HM_STREAM_NAME, _dot4)(A + r * d, A + (r + 1) * d, A + (r + 2) * d,
-                                          A + (r + 3) * d, jb->q[0], d, sc + r, 1);
+                                          A + (r + 3) * d, jb->q[0], d, sc + r, 1,
+                                          lo + r + 12 <= n ? A + (r + 8) * d : NULL);
         for (; r < nr; r++) sc[r] = HM_CAT(HM_STREAM_NAME, _dot)(A + r * d, jb->q[0], d);
     } else {
         for (int64_t r = 0; r < nr; r++)
             HM_CAT(HM_STREAM_NAME, _dot4)(jb->q[0], jb->q[1], jb->q[2], jb->q[3], A + r * d, d,
-                                          sc + r, HM_STREAM_BLOCK);
+                                          sc + r, HM_STREAM_BLOCK, NULL);
     }
     double m[4], sum[4];
     for (int64_t q = 0; q < w; q++) {
@@ -193,8 +212,10 @@ HM_STREAM_ATTR static void HM_STREAM_NAME(const stream_job *jb, int64_t b) {
             double *pq = p + q * (d + 2);
             memset(pq + 2, 0, (size_t)d * sizeof(double));
             if (jb->C) HM_CAT(HM_STREAM_NAME, _axpy_d)(pq + 2, lg + q * HM_STREAM_BLOCK,
-                                                       jb->C + lo * d, nr, d, 1);
-            else HM_CAT(HM_STREAM_NAME, _axpy_f)(pq + 2, lf + q * HM_STREAM_BLOCK, A, nr, d, 1);
+                                                       jb->C + lo * d, nr, d, 1,
+                                                       A + HM_STREAM_BLOCK * d, jb->A + n * d);
+            else HM_CAT(HM_STREAM_NAME, _axpy_f)(pq + 2, lf + q * HM_STREAM_BLOCK, A, nr, d, 1,
+                                                 jb->A + n * d);
             pq[0] = m[q];
             pq[1] = sum[q];
         }
@@ -202,8 +223,9 @@ HM_STREAM_ATTR static void HM_STREAM_NAME(const stream_job *jb, int64_t b) {
     }
     double y[4 * 512];
     memset(y, 0, (size_t)(4 * d) * sizeof(double));
-    if (jb->C) HM_CAT(HM_STREAM_NAME, _axpy_d)(y, lg, jb->C + lo * d, nr, d, 4);
-    else HM_CAT(HM_STREAM_NAME, _axpy_f)(y, lf, A, nr, d, 4);
+    if (jb->C) HM_CAT(HM_STREAM_NAME, _axpy_d)(y, lg, jb->C + lo * d, nr, d, 4,
+                                               A + HM_STREAM_BLOCK * d, jb->A + n * d);
+    else HM_CAT(HM_STREAM_NAME, _axpy_f)(y, lf, A, nr, d, 4, jb->A + n * d);
     for (int64_t q = 0; q < nq; q++) {
         double *pq = p + q * (d + 2);
         pq[0] = m[q];
