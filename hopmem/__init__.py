@@ -36,6 +36,7 @@ from .recall import RecallGate, RecallHit, RecallResult
 from .store import Collection, Database, DataDir, Document, DocumentHit, open
 from .text import TextCollection
 from .threads import get_threads, set_threads
+from .functional import hopfield  # the modern Hopfield update on your own arrays
 
 __all__ = [
     "Memory", "MemoryConfig", "Snapshot", "WriteResult", "Trace", "ScoredRead", "AttentionResult",

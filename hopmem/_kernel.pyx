@@ -89,6 +89,12 @@ cdef extern from "hopmem_kernel.h" nogil:
     int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const float *dots,
                     double dots_error, int fast_only, float *result, float *fast_result, int64_t *rows,
                     double *sims, double *weights, int32_t *iterations, int8_t *converged)
+    int hm_read_streams(const hm_state *s, const hm_config *c, int fast_only)
+    void hm_stream_force_portable(int on)
+    int hm_read_full(const hm_state *s, const hm_config *c, const float *Q, int64_t nq,
+                     int fast_only, float *results, int32_t *iterations, int8_t *converged)
+    int hm_hopfield(const float *X, int64_t n, int64_t dim, const float *Q, int64_t nq,
+                    double beta, int64_t steps, double epsilon, float *out, int32_t *iterations)
     int64_t hm_attention(const hm_state *s, const hm_config *c, const float *q, double scale,
                          float *result, int64_t *rows, double *sims, double *weights)
     int64_t hm_index_groups(int64_t rows)
@@ -387,7 +393,9 @@ def read(state, cfg, const float[:, ::1] Q, bint fast_only):
     cdef double blas_error = hm_score_error(d, 0)
     if nq == 0:
         return []
-    if nq == 1 or s.groups > 0:  # with a location index, each query's own activation is cheaper
+    # One query at a time: with a location index each query's own activation is
+    # cheaper, and a full activation streams the rows without scores from BLAS.
+    if nq == 1 or s.groups > 0 or hm_read_streams(&s, &c, fast_only):
         with nogil:
             for q in range(nq):
                 kk = hm_read(&s, &c, &Q[q, 0], NULL, 0.0, fast_only, &res_v[q, 0], &fast_v[q, 0],
@@ -469,9 +477,11 @@ def read_one(state, cfg, q, bint fast_only, bint scores=False):
     cdef int32_t it
     cdef int8_t conv
     cdef double fidelity = 0.0, first_contact = 0.0
+    cdef bint trace = not hm_read_streams(&s, &c, fast_only)  # streamed: no ranking wanted
     with nogil:
         kk = hm_read(&s, &c, x, NULL, 0.0, fast_only, res, fast,
-                     <int64_t *>scratch, scratch + kmax, scratch + 2 * kmax, &it, &conv)
+                     <int64_t *>scratch if trace else NULL, scratch + kmax if trace else NULL,
+                     scratch + 2 * kmax if trace else NULL, &it, &conv)
         if kk >= 0 and scores:
             fidelity = hm_cosine(x, res, d)
             first_contact = hm_cosine(x, fast, d)
@@ -502,7 +512,20 @@ def read_results(state, cfg, const float[:, ::1] Q, bint fast_only):
     cdef int8_t conv
     cdef float[:, ::1] dots_v, unit_v
     cdef double blas_error = hm_score_error(d, 0)
+    cdef int rc
+    cdef cnp.ndarray its, convs
     if nq == 0:
+        return results
+    if hm_read_streams(&s, &c, fast_only):
+        # Full activation: the batch streams the rows once a step for four
+        # queries at a time, each query's bits its single read's.
+        its = np.empty(nq, dtype=np.int32)
+        convs = np.empty(nq, dtype=np.int8)
+        with nogil:
+            rc = hm_read_full(&s, &c, &Q[0, 0], nq, fast_only, res,
+                              <int32_t *>cnp.PyArray_DATA(its), <int8_t *>cnp.PyArray_DATA(convs))
+        if rc < 0:
+            _raise(rc, "read")
         return results
     if nq == 1 or s.groups > 0:  # with a location index, each query's own activation is cheaper
         with nogil:
@@ -528,6 +551,33 @@ def read_results(state, cfg, const float[:, ::1] Q, bint fast_only):
     if kk < 0:
         _raise(kk, "read")
     return results
+
+
+def hopfield(const float[:, ::1] X, const float[:, ::1] Q, double beta, int64_t steps,
+             double epsilon):
+    """The modern Hopfield update on the caller's rows (validated by hopmem.hopfield).
+
+    Returns (states float32 (nq, d), iterations int32 (nq,)); X is read in place.
+    """
+    cdef int64_t n = X.shape[0], d = X.shape[1], nq = Q.shape[0]
+    cdef int rc = 0
+    out = np.empty((nq, d), dtype=np.float32)
+    iterations = np.zeros(nq, dtype=np.int32)
+    cdef float[:, ::1] o = out
+    cdef int32_t[::1] it = iterations
+    if nq == 0 or d == 0:
+        return out, iterations
+    with nogil:
+        rc = hm_hopfield(&X[0, 0], n, d, &Q[0, 0], nq, beta, steps, epsilon, &o[0, 0], &it[0])
+    if rc < 0:
+        _raise(rc, "hopfield")
+    return out, iterations
+
+
+def stream_force_portable(bint on):
+    """For tests: streamed (full-activation) reads take their portable code (fmaf
+    and fma per lane) instead of AVX2 and FMA instructions. Not thread-safe."""
+    hm_stream_force_portable(on)
 
 
 def attention(state, cfg, const float[::1] q, double scale):

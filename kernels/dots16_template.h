@@ -27,10 +27,10 @@ HM_DOTS16_ATTR static void HM_DOTS16_NAME(const hm_half *A, int64_t n, int64_t d
             for (int64_t i = 0; i < full; i += LANES) {
                 if (nq == 1 && j + 12 <= n) {  /* stream rows 8 ahead in (see dot4) */
                     const hm_half *pf = a0 + 8 * dim + i;
-                    __builtin_prefetch(pf);
-                    __builtin_prefetch(pf + dim);
-                    __builtin_prefetch(pf + 2 * dim);
-                    __builtin_prefetch(pf + 3 * dim);
+                    HM_PREFETCH(pf);
+                    HM_PREFETCH(pf + dim);
+                    HM_PREFETCH(pf + 2 * dim);
+                    HM_PREFETCH(pf + 3 * dim);
                 }
                 v8f xl = LD(x + i), xh = LD(x + i + 8);
                 l0 += HM_LDH(a0 + i) * xl; h0 += HM_LDH(a0 + i + 8) * xh;

@@ -23,6 +23,16 @@
 #define HM_INLINE static inline
 #endif
 
+/* A cache hint: GCC and clang's builtin, nothing elsewhere (a hint never
+ * changes a result, only when memory arrives). HM_PREFETCH_W: for writing. */
+#if defined(__GNUC__)
+#define HM_PREFETCH(p) __builtin_prefetch(p)
+#define HM_PREFETCH_W(p) __builtin_prefetch((p), 1)
+#else
+#define HM_PREFETCH(p) ((void)(p))
+#define HM_PREFETCH_W(p) ((void)(p))
+#endif
+
 #define LANES 16   /* float32 lanes per row in the scan: two 8-wide vectors */
 
 /* ---- float32 scan ---------------------------------------------------------- */
@@ -71,10 +81,10 @@ HM_INLINE void dot4p(const float *a0, const float *a1, const float *a2, const fl
     int64_t i = 0;
     for (; i + LANES <= dim; i += LANES) {
         if (pf) {
-            __builtin_prefetch(pf + i);
-            __builtin_prefetch(pf + dim + i);
-            __builtin_prefetch(pf + 2 * dim + i);
-            __builtin_prefetch(pf + 3 * dim + i);
+            HM_PREFETCH(pf + i);
+            HM_PREFETCH(pf + dim + i);
+            HM_PREFETCH(pf + 2 * dim + i);
+            HM_PREFETCH(pf + 3 * dim + i);
         }
         v8f xl = LD(x + i), xh = LD(x + i + 8);
         l0 += LD(a0 + i) * xl; h0 += LD(a0 + i + 8) * xh;
@@ -211,10 +221,12 @@ void hm_dots_batch(const float *A, int64_t n, int64_t dim, const float *X, int64
 }
 
 /* ---- compact activation: a half-precision copy of the addresses ------------ */
-/* Scanning IEEE halves moves half the bytes of the float32 scan; the top
- * candidates are then re-scored exactly with dot1(), so a read's activated set
- * differs from the exact one only when a true top-k row falls outside the
- * candidate pool (measured and tested). Writes always activate exactly. */
+/* Scanning IEEE halves moves half the bytes of the float32 scan. Every row
+ * whose half score lies within the proven error bound of the k-th best
+ * (hm_score_error) is then re-scored exactly with dot1(), so a read's
+ * activated set, its order and its similarities are bit-equal to the exact
+ * scan's (tests/test_compact.py holds reads of both to the same bits); only
+ * the cost differs. Writes always activate exactly. */
 
 #if defined(__GNUC__) && defined(__FLT16_MAX__)
 #define HM_HAVE_F16 1
@@ -523,13 +535,13 @@ HM_INLINE void combine_d(double *y, const double *w, const double *const *u, int
     int64_t i = 0;
 #if defined(__GNUC__)
     for (int64_t j = 0; j < n; j++)
-        for (int64_t b = 0; b < 64 && b < dim; b += 8) __builtin_prefetch(u[j] + b);
+        for (int64_t b = 0; b < 64 && b < dim; b += 8) HM_PREFETCH(u[j] + b);
     for (; i + 16 <= dim; i += 16) {
         v4d y0 = {0}, y1 = {0}, y2 = {0}, y3 = {0};
         for (int64_t j = 0; j < n; j++) {
             v4d f = {w[j], w[j], w[j], w[j]};
             const double *x = u[j] + i;
-            if (i + 80 <= dim) { __builtin_prefetch(x + 64); __builtin_prefetch(x + 72); }
+            if (i + 80 <= dim) { HM_PREFETCH(x + 64); HM_PREFETCH(x + 72); }
             y0 += f * LDD(x); y1 += f * LDD(x + 4);
             y2 += f * LDD(x + 8); y3 += f * LDD(x + 12);
         }
@@ -1186,7 +1198,7 @@ HM_INLINE int64_t visit_group(const hm_state *s, int64_t g, int64_t k, const flo
             for (int u = 4; u < 8; u++) {
                 const char *row = (const char *)(s->addresses + m[j + u] * d);
                 for (int64_t b = 0; b < d * (int64_t)sizeof(float); b += 64)
-                    __builtin_prefetch(row + b);
+                    HM_PREFETCH(row + b);
             }
         dot4p(s->addresses + m[j] * d, s->addresses + m[j + 1] * d,
               s->addresses + m[j + 2] * d, s->addresses + m[j + 3] * d, d, q, four, 1, NULL);
@@ -1340,7 +1352,7 @@ HM_INLINE int64_t activate(const hm_state *s, const hm_config *c, const float *q
         int64_t nc = at_least(scores, L, cut, a->cand);
         for (int64_t j = 0; j < nc; j++) {
             const char *row = (const char *)(s->addresses + a->cand[j] * d);
-            for (int64_t b = 0; b < d * (int64_t)sizeof(float); b += 64) __builtin_prefetch(row + b);
+            for (int64_t b = 0; b < d * (int64_t)sizeof(float); b += 64) HM_PREFETCH(row + b);
         }
         for (int64_t j = 0; j < nc; j++)
             a->vals[j] = dot1(s->addresses + a->cand[j] * d, d, a->qhat);
@@ -1490,15 +1502,15 @@ HM_INLINE void block_rows_moved(write_scratch *w) {
 /* Ask for a row of n doubles ahead of its use. */
 HM_INLINE void prefetch_doubles(const double *p, int64_t n) {
     const char *b = (const char *)p;
-    for (int64_t o = 0; o < n * (int64_t)sizeof(double); o += 64) __builtin_prefetch(b + o);
+    for (int64_t o = 0; o < n * (int64_t)sizeof(double); o += 64) HM_PREFETCH(b + o);
 }
 
 /* Ask for a location's counters and address ahead of an update. */
 HM_INLINE void prefetch_row(const hm_state *s, int64_t row) {
     const char *cr = (const char *)(s->counters + row * s->dim);
     const char *ar = (const char *)(s->addresses + row * s->dim);
-    for (int64_t b = 0; b < s->dim * (int64_t)sizeof(double); b += 64) __builtin_prefetch(cr + b, 1);
-    for (int64_t b = 0; b < s->dim * (int64_t)sizeof(float); b += 64) __builtin_prefetch(ar + b, 1);
+    for (int64_t b = 0; b < s->dim * (int64_t)sizeof(double); b += 64) HM_PREFETCH_W(cr + b);
+    for (int64_t b = 0; b < s->dim * (int64_t)sizeof(float); b += 64) HM_PREFETCH_W(ar + b);
 }
 
 HM_INLINE void write_competitive(hm_state *s, const hm_config *c, const float *x, int64_t vi,
@@ -1746,13 +1758,438 @@ HM_INLINE int reuses_address(const hm_state *s, const hm_config *c, int64_t row)
     return !c->competitive && s->weights[row] == 1.0;
 }
 
+/* ---- full activation: one pass over the rows per step ----------------------------- */
+/* When every row is activated (k >= L) a read's softmax runs over all rows and
+ * nothing needs ranking, so a step streams the rows once, in row order, with
+ * no sort and no buffer the size of the memory: the online softmax of
+ * FlashAttention. Rows go in blocks of HM_STREAM_BLOCK: a block scores its
+ * rows, takes its own largest logit m_b, and sums e_j = exp(logit_j - m_b)
+ * and e_j * pattern_j in row order (the block's rows are still in L1/L2 for
+ * the read-out, so each row comes from memory once a step). Blocks are then
+ * merged in block order, each rescaled by exp(m_b - M). Block boundaries are
+ * fixed, so a query gives the same bits on any number of threads (threads
+ * share a super-block of blocks, each block writing its own partial) and in a
+ * batch (up to four queries share every row load; each query's arithmetic is
+ * the single query's, element by element).
+ *
+ * The arithmetic differs from the ranked path's in order and rounding, not
+ * in kind: scores are float32 dot products of the float32 unit query (an
+ * iterative step's state made unit and rounded, as a read's query is), with
+ * fused multiply-adds in 16 lanes; logits and weights are float64 (beta *
+ * score, exp); a memory's fast read reads out its float64 counters in float64,
+ * float32 rows (addresses, a caller's patterns) are read out as float32
+ * products summed over tiles of 16 rows, then in float64. The ranked path
+ * sums best row first with one maximum, this one in row order with a maximum
+ * per block. docs/hopfield.md gives the error bound against a float64
+ * evaluation that tests/test_hopfield.py enforces. */
+
+#define HM_STREAM_BLOCK 128   /* rows a block scores and reads out together */
+#define HM_STREAM_SUPER 64    /* blocks shared between threads at a time */
+
+typedef struct {
+    const float *A;       /* [n * dim] rows scored (addresses, or a user's patterns) */
+    const double *C;      /* [n * dim] rows read out (counters), or NULL: read out A */
+    const double *W;      /* [n] read-out divisors (location weights), or NULL */
+    int64_t n, dim;
+    int64_t nq;           /* queries in this pass: 1 .. 4 */
+    const float *q[4];    /* float32 queries, scored by dot1 (unused lanes padded) */
+    double beta;
+    int64_t b0;           /* the super-block's first block */
+    double *part;         /* [HM_STREAM_SUPER * nq * (dim + 2)]: m_b, sum_b, acc_b */
+} stream_job;
+
+/* The block, compiled twice (stream_template.h): with AVX2 and FMA
+ * instructions where the CPU has both, and portable elsewhere (C99 fmaf and
+ * fma, correctly rounded like the instructions): the same bits either way. */
+#if defined(__GNUC__)
+HM_INLINE v8f fma8_portable(v8f a, v8f b, v8f c) {
+    v8f r;
+    for (int l = 0; l < 8; l++) r[l] = fmaf(a[l], b[l], c[l]);
+    return r;
+}
+HM_INLINE v4d fma4d_portable(v4d a, v4d b, v4d c) {
+    v4d r;
+    for (int l = 0; l < 4; l++) r[l] = fma(a[l], b[l], c[l]);
+    return r;
+}
+HM_INLINE void add_wide_portable(double *p, v8f v) {
+    for (int l = 0; l < 8; l++) p[l] += (double)v[l];
+}
+#define HM_STREAM_NAME stream_block_portable
+#define HM_STREAM_ATTR
+#define HM_FMA8(a, b, c) fma8_portable((a), (b), (c))
+#define HM_FMA4D(a, b, c) fma4d_portable((a), (b), (c))
+#define HM_ADD_WIDE(p, v) add_wide_portable((p), (v))
+#include "stream_template.h"
+#undef HM_STREAM_NAME
+#undef HM_STREAM_ATTR
+#undef HM_FMA8
+#undef HM_FMA4D
+#undef HM_ADD_WIDE
+#if !defined(__clang__) && defined(__x86_64__) && (defined(__linux__) || defined(__APPLE__))
+#include <immintrin.h>
+#define HM_HAVE_STREAM_AVX2 1
+#define HM_STREAM_NAME stream_block_avx2
+#define HM_STREAM_ATTR __attribute__((target("avx2,fma")))
+#define HM_FMA8(a, b, c) ((v8f)_mm256_fmadd_ps((__m256)(a), (__m256)(b), (__m256)(c)))
+#define HM_FMA4D(a, b, c) ((v4d)_mm256_fmadd_pd((__m256d)(a), (__m256d)(b), (__m256d)(c)))
+#define HM_ADD_WIDE(p, v) do {                                                            \
+        __m256 w_ = (__m256)(v);                                                          \
+        *(v4d_u *)(p) += (v4d)_mm256_cvtps_pd(_mm256_castps256_ps128(w_));                \
+        *(v4d_u *)((p) + 4) += (v4d)_mm256_cvtps_pd(_mm256_extractf128_ps(w_, 1));        \
+    } while (0)
+#include "stream_template.h"
+#undef HM_STREAM_NAME
+#undef HM_STREAM_ATTR
+#undef HM_FMA8
+#undef HM_FMA4D
+#undef HM_ADD_WIDE
+#endif
+#else
+/* Other compilers: the same operations in scalars (lanes, trees, fused
+ * multiply-adds), one query at a time. */
+static float stream_dot_scalar(const float *a, const float *x, int64_t dim) {
+    float acc[LANES] = {0};
+    int64_t i = 0;
+    for (; i + LANES <= dim; i += LANES)
+        for (int l = 0; l < LANES; l++) acc[l] = fmaf(a[i + l], x[i + l], acc[l]);
+    for (int l = 0; i + l < dim; l++) acc[l] = fmaf(a[i + l], x[i + l], acc[l]);
+    return hsum16(acc);
+}
+
+static void stream_block_portable(const stream_job *jb, int64_t b) {
+    int64_t d = jb->dim, n = jb->n, nq = jb->nq;
+    int64_t lo = b * HM_STREAM_BLOCK, hi = lo + HM_STREAM_BLOCK < n ? lo + HM_STREAM_BLOCK : n;
+    double lg[HM_STREAM_BLOCK];
+    const float *A = jb->A + lo * d;
+    for (int64_t q = 0; q < nq; q++) {
+        double mx = -INFINITY, t = 0.0, *p = jb->part + ((b - jb->b0) * nq + q) * (d + 2);
+        for (int64_t r = 0; r < hi - lo; r++) {
+            lg[r] = jb->beta * (double)stream_dot_scalar(A + r * d, jb->q[q], d);
+            if (lg[r] > mx) mx = lg[r];
+        }
+        for (int64_t r = 0; r < hi - lo; r++) { lg[r] = exp(lg[r] - mx); t += lg[r]; }
+        if (jb->W) for (int64_t r = 0; r < hi - lo; r++) lg[r] /= jb->W[lo + r];
+        p[0] = mx;
+        p[1] = t;
+        for (int64_t i = 0; i < d; i++) p[2 + i] = 0.0;
+        for (int64_t j0 = 0; j0 < hi - lo; j0 += (jb->C ? 8 : 16)) {
+            int64_t j1 = j0 + (jb->C ? 8 : 16) < hi - lo ? j0 + (jb->C ? 8 : 16) : hi - lo;
+            for (int64_t i = 0; i < d; i++) {
+                if (jb->C) {
+                    double u = p[2 + i];
+                    for (int64_t j = j0; j < j1; j++) u = fma(lg[j], jb->C[(lo + j) * d + i], u);
+                    p[2 + i] = u;
+                } else {
+                    float u = 0.0f;
+                    for (int64_t j = j0; j < j1; j++) u = fmaf((float)lg[j], A[j * d + i], u);
+                    p[2 + i] += (double)u;
+                }
+            }
+        }
+    }
+}
+#endif
+
+/* For tests: 1 makes every streamed block take the portable code (fmaf and
+ * fma per lane), to hold it to the AVX2 code's bits. Not thread-safe. */
+static int stream_portable_only = 0;
+void hm_stream_force_portable(int on) { stream_portable_only = on; }
+
+static void stream_block(const stream_job *jb, int64_t b) {
+#ifdef HM_HAVE_STREAM_AVX2
+    static int use_avx2 = -1;  /* any thread may settle it; all get the same answer */
+    int avx2 = __atomic_load_n(&use_avx2, __ATOMIC_RELAXED);
+    if (avx2 < 0) {
+        __builtin_cpu_init();
+        avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        __atomic_store_n(&use_avx2, avx2, __ATOMIC_RELAXED);
+    }
+    if (avx2 && !stream_portable_only) { stream_block_avx2(jb, b); return; }
+#endif
+    stream_block_portable(jb, b);
+}
+
+static void stream_chunk(void *ctx, int64_t lo, int64_t hi) {
+    const stream_job *jb = (const stream_job *)ctx;
+    for (int64_t b = lo; b < hi; b++) stream_block(jb, jb->b0 + b);
+}
+
+/* Fold a block's partial into the running (M, S, acc) of its query. */
+HM_INLINE void stream_merge(double *M, double *S, double *acc, const double *p, int64_t d) {
+    if (*M == -INFINITY) {
+        *M = p[0];
+        *S = p[1];
+        memcpy(acc, p + 2, (size_t)d * sizeof(double));
+        return;
+    }
+    double m = p[0] > *M ? p[0] : *M, a = exp(*M - m), b = exp(p[0] - m);
+    *S = *S * a + p[1] * b;
+    for (int64_t i = 0; i < d; i++) acc[i] = acc[i] * a + p[2 + i] * b;
+    *M = m;
+}
+
+/* One step for jb->nq queries (1 .. 4; unused lanes of qf/qd padded): acc
+ * [nq * dim] = sum_j exp(logit_j - M_q) * pattern_j (not divided by S_q),
+ * M [nq] the largest logit, S [nq] = sum_j exp(logit_j - M_q). part: scratch
+ * of stream_part_size(). */
+static void stream_pass(stream_job *jb, double *part, double *M, double *S, double *acc) {
+    int64_t d = jb->dim, nq = jb->nq;
+    int64_t nblocks = (jb->n + HM_STREAM_BLOCK - 1) / HM_STREAM_BLOCK;
+    for (int64_t q = 0; q < nq; q++) { M[q] = -INFINITY; S[q] = 0.0; }
+    jb->part = part;
+    for (int64_t b0 = 0; b0 < nblocks; b0 += HM_STREAM_SUPER) {
+        int64_t nb = nblocks - b0 < HM_STREAM_SUPER ? nblocks - b0 : HM_STREAM_SUPER;
+        int64_t rows = (b0 + nb) * HM_STREAM_BLOCK < jb->n ? nb * HM_STREAM_BLOCK
+                                                           : jb->n - b0 * HM_STREAM_BLOCK;
+        jb->b0 = b0;
+        hm_parallel_rows(stream_chunk, jb, nb, 2.0 * (double)rows * (double)d * (double)nq);
+        for (int64_t b = 0; b < nb; b++)
+            for (int64_t q = 0; q < nq; q++)
+                stream_merge(M + q, S + q, acc + q * d, part + (b * nq + q) * (d + 2), d);
+    }
+}
+
+HM_INLINE size_t stream_part_size(int64_t n, int64_t dim, int64_t nq) {
+    int64_t nblocks = (n + HM_STREAM_BLOCK - 1) / HM_STREAM_BLOCK;
+    if (nblocks > HM_STREAM_SUPER) nblocks = HM_STREAM_SUPER;
+    return (size_t)(nblocks > 0 ? nblocks : 1) * (size_t)nq * (size_t)(dim + 2);
+}
+
+/* Whether a read activates every row and can stream them: any fast read, and
+ * an iterative read whose every unit pattern is its address (plain mode,
+ * every location of weight 1: see reuses_address). */
+HM_INLINE int streams(const hm_state *s, const hm_config *c, int fast_only) {
+    if (s->size <= 0 || c->k < s->size) return 0;
+    if (fast_only) return 1;
+    if (c->competitive) return 0;
+    for (int64_t j = 0; j < s->size; j++) if (s->weights[j] != 1.0) return 0;
+    return 1;
+}
+
+/* One row's score as a streamed block computes it (the trace's weights). */
+static void stream_score(const float *a, const float *q, int64_t dim, float *out) {
+#if defined(__GNUC__)
+#ifdef HM_HAVE_STREAM_AVX2
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !stream_portable_only) {
+        *out = stream_block_avx2_dot(a, q, dim);
+        return;
+    }
+#endif
+    *out = stream_block_portable_dot(a, q, dim);
+#else
+    *out = stream_dot_scalar(a, q, dim);
+#endif
+}
+
+/* The float32 query a streamed step scores with: v / |v| rounded to float32
+ * (zeros when |v| < TINY), as unit_query makes a read's query. */
+HM_INLINE void unit_state(const double *v, int64_t dim, float *out) {
+    double norm = sqrt(ddot(v, v, dim));
+    if (norm < HM_TINY) memset(out, 0, (size_t)dim * sizeof(float));
+    else for (int64_t i = 0; i < dim; i++) out[i] = (float)(v[i] / norm);
+}
+
+/* Full-activation reads of nq queries (rows of Q), four at a time: results
+ * [nq * dim] (and fast [nq * dim] when not NULL: the one-step read), their
+ * iterations and convergence. Every query's bits are its single read's. When
+ * rows is not NULL (one query), the trace too: every row best first, its
+ * similarity, and the softmax weights of the step that made the result.
+ * An iterative step scores the rows against its state as a read scores them
+ * against a query (made unit and rounded to float32, float32 lanes), and
+ * reads out the addresses (the unit patterns here) in float64.
+ * Returns 0 or HM_ERR_NOMEM. */
+static int read_streamed(const hm_state *s, const hm_config *c, const float *Q, int64_t nq,
+                         int fast_only, float *results, float *fast, int64_t *rows,
+                         double *sims, double *weights, int32_t *iterations, int8_t *converged) {
+    int64_t d = s->dim, L = s->size;
+    size_t np = stream_part_size(L, d, 4);
+    /* float64: part | acc [4 d] | 2 states a query [8 d] | M, S [4 each];
+     * then float32 scoring queries [4 d] */
+    char *block = (char *)malloc((np + 12 * (size_t)d + 8) * sizeof(double)
+                                 + 4 * (size_t)d * sizeof(float));
+    if (!block) return HM_ERR_NOMEM;
+    double *part = (double *)block, *acc = part + np, *st = acc + 4 * d, *M = st + 8 * d;
+    double *S = M + 4;
+    float *qf = (float *)(S + 4);
+    if (rows) {
+        act_scratch a;
+        int64_t kk = act_alloc(&a, L, L, d) ? activate(s, c, Q, NULL, 0.0, rows, sims, &a)
+                                            : HM_ERR_NOMEM;
+        act_free(&a);
+        if (kk < 0) { free(block); return HM_ERR_NOMEM; }
+    }
+    stream_job jb;
+    memset(&jb, 0, sizeof jb);
+    jb.n = L;
+    jb.dim = d;
+    jb.beta = c->beta;
+    jb.A = s->addresses;
+    for (int64_t g = 0; g < nq; g += 4) {
+        int64_t ng = nq - g < 4 ? nq - g : 4;
+        const float *Qg = Q + g * d;
+        if (fast || fast_only) {  /* the one-step read: raw patterns (counters / weight) */
+            for (int64_t q = 0; q < ng; q++) unit_query(Qg + q * d, d, qf + q * d);
+            jb.C = s->counters;
+            jb.W = s->weights;
+            jb.nq = ng;
+            for (int q = 0; q < 4; q++) jb.q[q] = qf + (q < ng ? q : 0) * d;
+            stream_pass(&jb, part, M, S, acc);
+            for (int64_t q = 0; q < ng; q++) {
+                float *out = fast ? fast + (g + q) * d : results + (g + q) * d;
+                normalize_d(acc + q * d, d);
+                for (int64_t i = 0; i < d; i++) out[i] = (float)acc[q * d + i];
+                if (fast_only && fast) memcpy(results + (g + q) * d, out, (size_t)d * sizeof(float));
+                if (fast_only) { iterations[g + q] = 1; converged[g + q] = 1; }
+            }
+            if (rows && fast_only) softmax_d(sims, L, c->beta, weights);
+            if (fast_only) continue;
+        }
+        /* Iterative: the states on the sphere, the addresses as unit patterns. */
+        double *xi[4], *nxt[4];
+        int64_t act[4], na = 0;
+        for (int64_t q = 0; q < ng; q++) {
+            xi[q] = st + 2 * q * d;
+            nxt[q] = xi[q] + d;
+            for (int64_t i = 0; i < d; i++) xi[q][i] = (double)Qg[q * d + i];
+            normalize_d(xi[q], d);
+            iterations[g + q] = 0;
+            converged[g + q] = 0;
+            if (c->t_max > 0) act[na++] = q;
+        }
+        jb.C = NULL;
+        jb.W = NULL;
+        while (na > 0) {
+            jb.nq = na;
+            for (int64_t u = 0; u < na; u++) unit_state(xi[act[u]], d, qf + act[u] * d);
+            for (int u = 0; u < 4; u++) jb.q[u] = qf + act[u < na ? u : 0] * d;
+            stream_pass(&jb, part, M, S, acc);
+            int64_t keep = 0;
+            for (int64_t u = 0; u < na; u++) {
+                int64_t q = act[u];
+                memcpy(nxt[q], acc + u * d, (size_t)d * sizeof(double));
+                normalize_d(nxt[q], d);
+                int8_t conv = cos_d(xi[q], nxt[q], d) > 1.0 - c->epsilon;
+                double *t = xi[q]; xi[q] = nxt[q]; nxt[q] = t;
+                iterations[g + q]++;
+                converged[g + q] = conv;
+                if (!conv && iterations[g + q] < c->t_max) act[keep++] = q;
+                else if (rows) { M[0] = M[u]; S[0] = S[u]; }  /* one query: the last step's */
+            }
+            na = keep;
+        }
+        for (int64_t q = 0; q < ng; q++) {
+            float *out = results + (g + q) * d;
+            for (int64_t i = 0; i < d; i++) out[i] = (float)xi[q][i];
+        }
+        if (rows && c->t_max > 0) {  /* the last step's weights, rows best first */
+            for (int64_t j = 0; j < L; j++) {  /* qf holds the state that step scored */
+                float v;
+                stream_score(s->addresses + rows[j] * d, qf, d, &v);
+                double sj = (double)v;
+                weights[j] = exp(c->beta * sj - M[0]) / S[0];
+            }
+        } else if (rows) {
+            softmax_d(sims, L, c->beta, weights);
+        }
+    }
+    free(block);
+    return HM_OK;
+}
+
+int hm_read_streams(const hm_state *s, const hm_config *c, int fast_only) {
+    return streams(s, c, fast_only);
+}
+
+int hm_read_full(const hm_state *s, const hm_config *c, const float *Q, int64_t nq,
+                 int fast_only, float *results, int32_t *iterations, int8_t *converged) {
+    if (!streams(s, c, fast_only)) return 0;
+    int rc = read_streamed(s, c, Q, nq, fast_only, results, NULL, NULL, NULL, NULL, iterations,
+                           converged);
+    return rc < 0 ? rc : 1;
+}
+
+/* The textbook update on a caller's patterns (see hopmem_kernel.h): the
+ * streamed step with the state rounded to float32 for scoring (as float32
+ * NumPy scores it) and read out in float64. */
+int hm_hopfield(const float *X, int64_t n, int64_t dim, const float *Q, int64_t nq,
+                double beta, int64_t steps, double epsilon, float *out, int32_t *iterations) {
+    size_t np = stream_part_size(n, dim, 4);
+    char *block = (char *)malloc((np + 12 * (size_t)dim + 8) * sizeof(double)
+                                 + 4 * (size_t)dim * sizeof(float));
+    if (!block) return HM_ERR_NOMEM;
+    double *part = (double *)block, *acc = part + np, *st = acc + 4 * dim, *M = st + 8 * dim;
+    double *S = M + 4;
+    float *qf = (float *)(S + 4);
+    stream_job jb;
+    memset(&jb, 0, sizeof jb);
+    jb.A = X;
+    jb.n = n;
+    jb.dim = dim;
+    jb.beta = beta;
+    for (int64_t g = 0; g < nq; g += 4) {
+        int64_t ng = nq - g < 4 ? nq - g : 4, act[4], na = 0;
+        double *xi[4], *nxt[4];
+        for (int64_t q = 0; q < ng; q++) {
+            xi[q] = st + 2 * q * dim;
+            nxt[q] = xi[q] + dim;
+            for (int64_t i = 0; i < dim; i++) xi[q][i] = (double)Q[(g + q) * dim + i];
+            iterations[g + q] = 0;
+            if (steps > 0) act[na++] = q;
+        }
+        while (na > 0) {
+            jb.nq = na;
+            for (int64_t u = 0; u < na; u++)
+                for (int64_t i = 0; i < dim; i++) qf[act[u] * dim + i] = (float)xi[act[u]][i];
+            for (int u = 0; u < 4; u++) jb.q[u] = qf + act[u < na ? u : 0] * dim;
+            stream_pass(&jb, part, M, S, acc);
+            int64_t keep = 0;
+            for (int64_t u = 0; u < na; u++) {
+                int64_t q = act[u];
+                double change = 0.0, size = 0.0;
+                for (int64_t i = 0; i < dim; i++) {
+                    double v = acc[u * dim + i] / S[u], t = v - xi[q][i];
+                    nxt[q][i] = v;
+                    change += t * t;
+                    size += v * v;
+                }
+                double *t = xi[q]; xi[q] = nxt[q]; nxt[q] = t;
+                iterations[g + q]++;
+                if (!(change <= epsilon * epsilon * size) && iterations[g + q] < steps)
+                    act[keep++] = q;
+            }
+            na = keep;
+        }
+        for (int64_t q = 0; q < ng; q++)
+            for (int64_t i = 0; i < dim; i++) out[(g + q) * dim + i] = (float)xi[q][i];
+    }
+    free(block);
+    return HM_OK;
+}
+
 HM_CLONES
 int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const float *dots,
                 double dots_error, int fast_only, float *result, float *fast_result,
                 int64_t *rows, double *sims, double *weights, int32_t *iterations,
                 int8_t *converged) {
+    if (streams(s, c, fast_only)) {  /* every row activated: one pass a step */
+        int rc = read_streamed(s, c, q, 1, fast_only, result, fast_result, rows, sims, weights,
+                               iterations, converged);
+        return rc < 0 ? rc : s->size;
+    }
     int64_t d = s->dim;
     int64_t kmax = c->k < s->size ? c->k : s->size;
+    if (!rows) {  /* no trace wanted: scratch for the ranked path's own use */
+        size_t kk = (size_t)(kmax > 0 ? kmax : 1);
+        char *own = (char *)malloc(kk * (sizeof(int64_t) + 2 * sizeof(double)));
+        if (!own) return HM_ERR_NOMEM;
+        int64_t rc = hm_read(s, c, q, dots, dots_error, fast_only, result, fast_result,
+                             (int64_t *)own, (double *)(own + kk * sizeof(int64_t)),
+                             (double *)(own + kk * (sizeof(int64_t) + sizeof(double))),
+                             iterations, converged);
+        free(own);
+        return rc;
+    }
     act_scratch a;
     size_t kp = (size_t)(kmax > 0 ? kmax : 1);
     /* The iterations read every activated row (address and unit pattern) at

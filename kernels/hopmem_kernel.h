@@ -129,12 +129,39 @@ double hm_score_error(int64_t dim, int half);
 /* One read. dots: precomputed scores dot(a_j, q) for every row with relative
  * error bound dots_error (0 for exact; the candidates are then re-scored
  * exactly, so the activation never differs), or NULL to compute.
- * Outputs sized k' = min(k, size): rows, sims, weights. result and fast_result: [dim];
- * fast_result may be NULL when only result is wanted.
+ * Outputs sized k' = min(k, size): rows, sims, weights, or all three NULL when
+ * no trace is wanted. result and fast_result: [dim]; fast_result may be NULL
+ * when only result is wanted. At full activation (hm_read_streams) the result
+ * comes from one pass over the rows a step, summed in row order.
  * Returns k', or HM_ERR_NOMEM. */
 int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const float *dots,
                 double dots_error, int fast_only, float *result, float *fast_result, int64_t *rows,
                 double *sims, double *weights, int32_t *iterations, int8_t *converged);
+
+/* Full activation (k >= size): whether a read streams every row once a step
+ * (online softmax, no ranking) instead of ranking them: any fast read, and an
+ * iterative read of a plain memory whose locations all have weight 1. */
+int hm_read_streams(const hm_state *s, const hm_config *c, int fast_only);
+
+/* nq reads (rows of Q) at full activation, four queries sharing each pass over
+ * the rows; results [nq * dim], bit-equal to nq single hm_read calls. Returns
+ * 1 when done, 0 when these reads do not stream (nothing written; use
+ * hm_read), or HM_ERR_NOMEM. */
+int hm_read_full(const hm_state *s, const hm_config *c, const float *Q, int64_t nq,
+                 int fast_only, float *results, int32_t *iterations, int8_t *converged);
+
+/* The modern Hopfield update on a caller's patterns X [n * dim] (float32, any
+ * norms), for nq queries Q [nq * dim]: xi <- X^T softmax(beta X xi), from
+ * xi = the query, at most `steps` times, stopping early once
+ * |xi' - xi| <= epsilon |xi'|. Scores are float64 dots of the float32 rows
+ * with the float64 state; one pass over X a step (online softmax), four
+ * queries at a time. out [nq * dim]: the last state, rounded to float32;
+ * iterations [nq]: steps taken. Returns 0 or HM_ERR_NOMEM. */
+int hm_hopfield(const float *X, int64_t n, int64_t dim, const float *Q, int64_t nq,
+                double beta, int64_t steps, double epsilon, float *out, int32_t *iterations);
+
+/* For tests: 1 makes streamed reads take their portable code everywhere. */
+void hm_stream_force_portable(int on);
 
 /* Attention over the activated set; result [dim] not normalised. Returns k'. */
 int64_t hm_attention(const hm_state *s, const hm_config *c, const float *q, double scale,

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from benchmarks.experiments import _common as C
-from benchmarks.experiments import abstention, basins, capacity, interference, quantization
+from benchmarks.experiments import (abstention, basins, capacity, interference, quantization,
+                                    reconstruction)
 
 
 # -- helpers ----------------------------------------------------------------------------
@@ -62,6 +63,46 @@ def test_capacity_plain_high_beta_matches_the_nn_ceiling():
 def test_capacity_at_90_is_a_number_within_the_grid():
     value = capacity.capacity_at_90(d=64, mode="plain", beta=100.0, sizes=(8, 16, 32), queries=16)
     assert value == 32.0  # never fell below 90%: the grid's largest load
+
+
+def test_capacity_theory_grid_breaks_plain_mode_and_reports_the_theorem():
+    rows = capacity.recall_curves(**capacity.THEORY_TINY, progress=False)
+    assert {r["k"] for r in rows} == {"all"}
+    assert all(0.0 <= r["retrieval"] <= 1.0 for r in rows)
+    table = capacity.capacity_table(rows)
+    low = [t for t in table if t["beta"] == 10.0 and t["strategy"] == "iterative"]
+    # d = 16, beta = 10: fixed points merge long before 2,048 patterns (it breaks)...
+    assert low and all(t["retrieval_capacity"] < 2048 for t in low)
+    # ... while beta = 1,000 retrieves every pattern read from itself.
+    high = [t for t in table if t["beta"] == 1000.0 and t["strategy"] == "iterative"]
+    assert high and all(math.isinf(t["retrieval_capacity"]) for t in high)
+    theory = capacity.theory_table(table)
+    assert [row["Theorem 3 (p=0.001)"] for row in theory] == ["vacuous", "205"]
+
+
+def test_theorem_capacity_reproduces_the_papers_constants():
+    # Ramsauer et al.'s examples: c = 3.1546 for beta = 1, K = 3, d = 20 and
+    # c = 1.3718 for beta = 1, K = 1, d = 75 (p = 0.001); in cosine terms beta
+    # is beta K^2 (d - 1), and N = sqrt(p) c^((d - 1) / 4).
+    assert capacity.theorem_capacity(20, 9 * 19) == pytest.approx(
+        math.sqrt(0.001) * 3.1546108 ** (19 / 4), rel=1e-6)
+    assert capacity.theorem_capacity(75, 74) == pytest.approx(
+        math.sqrt(0.001) * 1.3718778 ** (74 / 4), rel=1e-6)
+    assert math.isnan(capacity.theorem_capacity(16, 10.0))  # the condition on c fails
+
+
+def test_competitive_reconstruction_of_few_near_orthogonal_inputs_is_explained():
+    m = reconstruction.measure()
+    reads = {(r["mode"], r["beta"], r["strategy"]): r for r in m["reads"]}
+    # The default competitive iterative read lands on one or two inputs...
+    assert reads[("competitive", 5.0, "iterative")]["distinct"] <= 2
+    # ... because the early locations absorbed most inputs (mixtures)...
+    assert max(m["absorbed"]) >= 6 and m["pattern_cos_range"][1] > 0.5
+    # ... while the query's best location is mostly its own, and plain mode reads each back.
+    assert sum(m["best_location_is_own"]) >= 6
+    assert reads[("plain", 5.0, "iterative")]["distinct"] == len(reconstruction.TEXTS)
+    assert min(reads[("plain", 5.0, "iterative")]["fidelity"]) > 0.99
+    assert "| competitive | 5 | iterative |" in reconstruction.report(m)
 
 
 # -- basins -----------------------------------------------------------------------------

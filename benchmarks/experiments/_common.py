@@ -185,9 +185,12 @@ def machine() -> str:
 
 # -- command line -------------------------------------------------------------------------
 
-def cli(name: str, doc: str, argv: Sequence[str] | None) -> argparse.Namespace:
+def cli(name: str, doc: str, argv: Sequence[str] | None,
+        configure: Callable[[argparse.ArgumentParser], None] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=f"python -m benchmarks.experiments.{name}",
                                      description=doc.strip().splitlines()[0])
+    if configure is not None:  # an experiment's own options
+        configure(parser)
     parser.add_argument("--quick", action="store_true",
                         help="small configuration (under a minute on a laptop)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
@@ -198,9 +201,10 @@ def cli(name: str, doc: str, argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def run_main(name: str, doc: str, argv: Sequence[str] | None,
-             body: Callable[[argparse.Namespace], None]) -> None:
+             body: Callable[[argparse.Namespace], None],
+             configure: Callable[[argparse.ArgumentParser], None] | None = None) -> None:
     """Parse the CLI, pin BLAS to one thread, use the Agg backend, time the run."""
-    args = cli(name, doc, argv)
+    args = cli(name, doc, argv, configure)
     import matplotlib
     matplotlib.use("Agg")
     from threadpoolctl import threadpool_limits

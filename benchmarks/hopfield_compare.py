@@ -1,0 +1,227 @@
+"""Full-activation reads side by side with the NumPy textbook, one thread.
+
+    python -m benchmarks.hopfield_compare            # the table in docs/hopfield.md
+    python -m benchmarks.hopfield_compare --quick    # fewer repetitions (a smoke run)
+
+What a researcher compares first: the modern Hopfield update
+``xi <- X^T softmax(beta X xi)`` in ten lines of float32 NumPy (two matrix-vector
+products a step) against ``Memory(d, mode="plain", k=N)`` (every pattern
+activated: the same update on the unit sphere) and :func:`hopmem.hopfield` (the
+update on the raw array). d = 384, beta = 10, N random unit patterns, queries
+near a stored pattern; fast = one step, iterative = 3 steps. Beside them the
+floor: one float32 matrix-vector product ``X @ q`` a step (the least any
+update must read).
+
+Batches of 64: per-query time of a plain full-activation batch read against its
+share of one GEMM (``Q @ X.T`` / 64), and, at the engine's default settings
+(competitive, about 2,000 locations, d = 384), a batch of 64 reads against 64
+single reads.
+
+Every contender of a table runs once per repetition, in an order that rotates,
+so load on a shared machine falls on all of them alike; the report gives
+medians and the 10th-90th percentile range of wall time. BLAS and hopmem are
+pinned to one thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+import hopmem  # noqa: E402
+from hopmem import Memory  # noqa: E402
+
+D = 384
+BETA = 10.0
+STEPS = 3
+BATCH = 64
+
+
+def textbook(X: np.ndarray, xi: np.ndarray, beta: float, steps: int) -> np.ndarray:
+    """The ten lines: two float32 matrix-vector products a step."""
+    for _ in range(steps):
+        s = beta * (X @ xi)
+        p = np.exp(s - s.max())
+        xi = X.T @ (p / p.sum())
+    return xi
+
+
+def textbook_batch(X: np.ndarray, Q: np.ndarray, beta: float) -> np.ndarray:
+    """One step for a batch: two GEMMs."""
+    S = beta * (Q @ X.T)
+    P = np.exp(S - S.max(axis=1, keepdims=True))
+    return (P / P.sum(axis=1, keepdims=True)) @ X
+
+
+CLOCK = time.thread_time  # --wall: time.perf_counter
+
+
+def interleaved(contenders: dict[str, Callable[[], object]], reps: int) -> dict[str, np.ndarray]:
+    """Seconds per call of each contender, one call each per repetition, rotating order.
+
+    The clock is the thread's CPU time by default: on a small machine shared
+    with other work, wall time mostly measures waiting for a core (everything
+    here runs on the calling thread: BLAS and hopmem are pinned to one).
+    """
+    names = list(contenders)
+    for f in contenders.values():  # warm
+        f()
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(reps):
+        for i in range(len(names)):
+            name = names[(r + i) % len(names)]
+            f = contenders[name]
+            t0 = CLOCK()
+            f()
+            times[name].append(CLOCK() - t0)
+    return {n: np.asarray(v) for n, v in times.items()}
+
+
+def _us(t: np.ndarray, per: int = 1) -> str:
+    lo, med, hi = np.percentile(t, [10, 50, 90]) / per * 1e6
+    return f"{med:,.0f} ({lo:,.0f}-{hi:,.0f})" if med >= 100 else f"{med:.1f} ({lo:.1f}-{hi:.1f})"
+
+
+def _ratio(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.median(a) / np.median(b))
+
+
+def unit_patterns(n: int, d: int, seed: int) -> np.ndarray:
+    X = np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
+    return X / np.linalg.norm(X, axis=1, keepdims=True)
+
+
+def single_reads(reps: int, sizes: tuple[int, ...]) -> list[str]:
+    lines = ["| N | read | hopmem Memory.read | hopmem.hopfield | NumPy textbook | "
+             "Memory / textbook | hopfield / textbook | one-matvec floor a step |",
+             "|---|---|---|---|---|---|---|---|"]
+    for n in sizes:
+        X = unit_patterns(n, D, 0)
+        rng = np.random.default_rng(1)
+        q = X[7] + 0.5 * rng.standard_normal(D).astype(np.float32) / np.sqrt(D)
+        q = (q / np.linalg.norm(q)).astype(np.float32)  # unit: a read's scores are the textbook's
+        Q1 = q.reshape(1, D)
+        mems = {}
+        for strategy, steps in (("fast", 1), ("iterative", STEPS)):
+            mem = Memory(D, mode="plain", k=n, beta=BETA, t_max=steps, epsilon=0.0)
+            mem.write(X)
+            mems[strategy] = mem
+            # The same update: one step of a read is the textbook's up to its
+            # normalisation, and hopmem.hopfield is the textbook (a read keeps
+            # its state on the sphere, so later steps differ from the raw update).
+            want = textbook(X, q, BETA, steps)
+            got = hopmem.hopfield(X, q, BETA, steps=steps)
+            assert float(np.abs(got - want).max()) < 1e-5, (n, strategy)
+            if steps == 1:
+                got = mem.read(q, strategy)
+                cos = float(got @ want / np.linalg.norm(got) / np.linalg.norm(want))
+                assert cos > 0.99999, (n, strategy, cos)
+        t = interleaved({
+            "mem fast": lambda: mems["fast"].read(q, "fast"),
+            "mem iter": lambda: mems["iterative"].read(q, "iterative"),
+            "fn fast": lambda: hopmem.hopfield(X, Q1, BETA, steps=1),
+            "fn iter": lambda: hopmem.hopfield(X, Q1, BETA, steps=STEPS),
+            "np fast": lambda: textbook(X, q, BETA, 1),
+            "np iter": lambda: textbook(X, q, BETA, STEPS),
+            "matvec": lambda: X @ q,
+        }, reps)
+        for label, key, steps in (("fast", "fast", 1), (f"iterative ({STEPS} steps)", "iter", STEPS)):
+            m, f, np_ = t[f"mem {key}"], t[f"fn {key}"], t[f"np {key}"]
+            lines.append(f"| {n:,} | {label} | {_us(m)} | {_us(f)} | {_us(np_)} | "
+                         f"{_ratio(m, np_):.2f}x | {_ratio(f, np_):.2f}x | {_us(t['matvec'])} |")
+    return lines
+
+
+def batch_reads(reps: int, n: int) -> list[str]:
+    X = unit_patterns(n, D, 0)
+    rng = np.random.default_rng(2)
+    Q = (X[rng.integers(0, n, BATCH)] + 0.5 * rng.standard_normal((BATCH, D)).astype(np.float32)
+         / np.sqrt(D)).astype(np.float32)
+    mem = Memory(D, mode="plain", k=n, beta=BETA, t_max=STEPS, epsilon=0.0)
+    mem.write(X)
+    t = interleaved({
+        "batch fast": lambda: mem.read(Q, "fast"),
+        "batch iter": lambda: mem.read(Q, "iterative"),
+        "single fast": lambda: [mem.read(q, "fast") for q in Q],
+        "np batch": lambda: textbook_batch(X, Q, BETA),
+        "gemm": lambda: Q @ X.T,
+    }, reps)
+    gemm = t["gemm"]
+    lines = [f"Plain, full activation, N = {n:,}, d = {D}, batch of {BATCH} (per query, "
+             "median (p10-p90) µs):", "",
+             "| read | per query | / GEMM share | / 64 single reads |", "|---|---|---|---|",
+             f"| GEMM floor `Q @ X.T` | {_us(gemm, BATCH)} | 1.00x | |",
+             f"| NumPy textbook batch step (2 GEMMs + softmax) | {_us(t['np batch'], BATCH)} | "
+             f"{_ratio(t['np batch'], gemm):.2f}x | |",
+             f"| hopmem fast, batch | {_us(t['batch fast'], BATCH)} | "
+             f"{_ratio(t['batch fast'], gemm):.2f}x | {_ratio(t['batch fast'], t['single fast']):.2f}x |",
+             f"| hopmem iterative ({STEPS} steps), batch | {_us(t['batch iter'], BATCH)} | "
+             f"{_ratio(t['batch iter'], gemm):.2f}x | |",
+             f"| hopmem fast, 64 single reads | {_us(t['single fast'], BATCH)} | "
+             f"{_ratio(t['single fast'], gemm):.2f}x | 1.00x |"]
+    return lines
+
+
+def default_batch(reps: int) -> list[str]:
+    from benchmarks import bench_engine as engine_bench
+
+    w = engine_bench.workload(D, "competitive")
+    mem = w.memory()
+    Q = np.ascontiguousarray(w.probes[:BATCH], dtype=np.float32)
+    mem.read(Q)  # builds the location index, as the first read does
+    lines = [f"Default settings (competitive, {len(mem):,} locations, d = {D}), batch of "
+             f"{BATCH} against {BATCH} single reads (per query, median (p10-p90) µs):", "",
+             "| read | batch | single | gain |", "|---|---|---|---|"]
+    for strategy in ("fast", "iterative"):
+        t = interleaved({
+            "batch": lambda: mem.read(Q, strategy),
+            "single": lambda: [mem.read(q, strategy) for q in Q],
+        }, reps)
+        lines.append(f"| {strategy} | {_us(t['batch'], BATCH)} | {_us(t['single'], BATCH)} | "
+                     f"{_ratio(t['single'], t['batch']):.2f}x |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.hopfield_compare",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="few repetitions, small sizes")
+    parser.add_argument("--reps", type=int, help="repetitions (default 60, --quick 5)")
+    parser.add_argument("--out", type=Path, help="also write the markdown to this file")
+    parser.add_argument("--no-default", action="store_true",
+                        help="skip the default-settings batch (its memory takes a while to fill)")
+    parser.add_argument("--wall", action="store_true",
+                        help="time wall-clock (default: the thread's CPU time)")
+    args = parser.parse_args(argv)
+    global CLOCK
+    if args.wall:
+        CLOCK = time.perf_counter
+    reps = args.reps or (5 if args.quick else 60)
+    hopmem.set_threads(1)
+    sizes = (1000,) if args.quick else (1000, 10000)
+    clock = "wall time" if args.wall else "thread CPU time"
+    out = [f"hopmem {hopmem.__version__}, 1 thread, {reps} interleaved repetitions, "
+           f"d = {D}, beta = {BETA:g}; {clock}, µs, median (10th-90th percentile)", ""]
+    out += single_reads(reps, sizes)
+    out += [""] + batch_reads(max(3, reps // 3), sizes[-1])
+    if not args.no_default:
+        out += [""] + default_batch(max(3, reps // 3))
+    text = "\n".join(out)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
