@@ -3,7 +3,7 @@
     python -m benchmarks.compare [--quick | --smoke] [--out FILE.md] [--strict]
 
 On the same memories (d = 128 and 384, competitive and plain, about 2,000
-locations; built by :func:`benchmarks.bench_engine.workload`, the data the asv
+locations; built by :func:`benchmarks.asv.bench_engine.workload`, the data the asv
 suite uses), it times, in one run:
 
 * ``native``: ``Memory`` with the compiled kernel;
@@ -50,9 +50,9 @@ from tqdm import tqdm
 
 if __package__ in (None, ""):  # run as a file: python benchmarks/compare.py
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from benchmarks import bench_engine as engine_bench  # noqa: E402
+    from benchmarks.asv import bench_engine as engine_bench  # noqa: E402
 else:
-    from . import bench_engine as engine_bench
+    from .asv import bench_engine as engine_bench
 
 import hopmem  # noqa: E402
 from hopmem import Memory  # noqa: E402
@@ -378,7 +378,7 @@ def report(setups: list[Setup], rows: list[dict[str, Any]], *, preset: str, reps
                if max(load_before[0], load_after[0]) > 0.5 * (os.cpu_count() or 1) else ""), ""]
 
     out += ["## Memories", "",
-            "Clustered unit vectors (`benchmarks/bench_engine.py`: 400 topics under 40"
+            "Clustered unit vectors (`benchmarks/asv/bench_engine.py`: 400 topics under 40"
             " parents, samples from half the topics of each parent). Competitive: chunks of"
             " 250 written until the memory holds at least the target count; plain: exactly"
             " that many vectors.", "",

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-_BLAS = threadpool_limits(limits=1)  # DESIGN.md: no BLAS pool on single-query paths
+_BLAS = threadpool_limits(limits=1)  # no BLAS pool on single-query paths
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:

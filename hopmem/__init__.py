@@ -39,7 +39,7 @@ from .threads import get_threads, set_threads
 from .functional import hopfield  # the modern Hopfield update on your own arrays
 
 __all__ = [
-    "Memory", "MemoryConfig", "Snapshot", "WriteResult", "Trace", "ScoredRead", "AttentionResult",
+    "Memory", "MemoryConfig", "hopfield", "Snapshot", "WriteResult", "Trace", "ScoredRead", "AttentionResult",
     "Stats", "CompressResult",
     "open", "DataDir", "Database", "Collection", "Document", "DocumentHit",
     "Centerer", "TextCollection", "RecallResult", "RecallGate", "RecallHit",

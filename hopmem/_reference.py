@@ -1,6 +1,6 @@
 """Pure-NumPy twin of every kernel function: the test oracle.
 
-Readable first, fast never. Each function follows ALGORITHM.md step by step
+Readable first, fast never. Each function follows docs/algorithm.md step by step
 and works on the same :class:`~hopmem._state.State` the C kernel mutates, so a
 test can run both on copies of one state and compare.
 
@@ -158,7 +158,7 @@ def _closest_pair(state: State) -> tuple[int, int, float]:
     n = state.size
     a = state.addresses[:n].astype(np.float64)
     # Addresses are unit, or tiny (an input of norm < 1e-12 kept unchanged):
-    # cos is 0 for a tiny one (ALGORITHM.md), not its underflowing dot product.
+    # cos is 0 for a tiny one (docs/algorithm.md), not its underflowing dot product.
     tiny = np.sqrt((a * a).sum(axis=1)) < TINY
     best = (-1, -1, -np.inf)
     for i in range(n - 1):

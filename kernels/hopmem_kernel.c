@@ -1056,7 +1056,7 @@ static double closest_pair(const hm_state *s, float *scratch, int64_t *bi, int64
     for (int64_t i = 0; i + 1 < n; i++) {
         int64_t rest = n - i - 1;
         /* A tiny address (an input of norm < 1e-12 kept as is) has cos 0 with
-         * everything (ALGORITHM.md), whatever its float32 dot underflows to. */
+         * everything (docs/algorithm.md), whatever its float32 dot underflows to. */
         int tiny_i = fnorm(s->addresses + i * d, d) < HM_TINY;
         hm_dots(s->addresses + (i + 1) * d, rest, d, s->addresses + i * d, scratch);
         for (int64_t t = 0; t < rest; t++) {
@@ -1137,7 +1137,7 @@ static void act_free(act_scratch *a) { free(a->order); }
 
 /* out = q / |q| rounded to float32 (zeros when |q| < TINY); returns |q|.
  * Scores against a unit query are cosines in [-1, 1]: no float32 overflow
- * for huge inputs, and a tiny query scores 0 everywhere as ALGORITHM.md says. */
+ * for huge inputs, and a tiny query scores 0 everywhere as docs/algorithm.md says. */
 HM_INLINE double unit_query(const float *q, int64_t dim, float *out) {
     double norm = fnorm(q, dim);
     if (norm < HM_TINY) {

@@ -40,7 +40,7 @@ def install_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     monkeypatch.delenv("MPLBACKEND", raising=False)  # the notebooks ask for inline figures
-    # One BLAS / torch thread: faster than two on small shared machines (DESIGN.md).
+    # One BLAS / torch thread: faster than two on small shared machines (CONTRIBUTING.md).
     monkeypatch.setenv("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
     return KERNEL
 

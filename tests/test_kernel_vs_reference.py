@@ -623,7 +623,7 @@ def test_huge_norm_query_fast_read_is_finite():
 
 
 def test_tiny_norm_query_activates_lowest_ids():
-    # Was: ranked by raw dot products; ALGORITHM.md says every cos is 0 below
+    # Was: ranked by raw dot products; docs/algorithm.md says every cos is 0 below
     # norm 1e-12, so ties, so the lowest ids.
     native, reference = twins(2, mode="plain", k=1)
     X = np.eye(2, dtype=np.float32)

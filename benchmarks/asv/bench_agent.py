@@ -7,7 +7,7 @@ encoder: the issue's latency target excludes encoder time, and this keeps the
 suite free of the model. ``python -m benchmarks.agent_eval.run`` measures the
 same recall with all-MiniLM-L6-v2 vectors, on the real questions.
 
-BLAS is pinned to one thread for the whole process (DESIGN.md).
+BLAS is pinned to one thread for the whole process (CONTRIBUTING.md).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ costs milliseconds.
 The data is a clustered pool (see :func:`make_pool`); ``benchmarks/compare.py``
 imports :func:`workload` so that both tools measure the same memories.
 
-BLAS is pinned to one thread for the whole benchmark process (DESIGN.md: a BLAS
+BLAS is pinned to one thread for the whole benchmark process (a BLAS
 pool on a small shared machine makes single-query timings erratic).
 """
 
@@ -30,7 +30,7 @@ try:
 except ImportError:  # not installed: benchmark the working tree this suite lives in
     import sys
     from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from hopmem import Memory, MemoryConfig, Snapshot, set_threads  # noqa: E402 (after the BLAS pin)
 

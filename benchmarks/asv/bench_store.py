@@ -5,7 +5,7 @@ with 2,000 clustered vectors (default config), so that a benchmark's setup
 stays in the seconds. ``benchmarks/store_bench.py`` prints the full table
 (targets, HeatherDB reference row, reopen of 100,000 writes, bytes per vector).
 
-BLAS is pinned to one thread for the whole process (DESIGN.md).
+BLAS is pinned to one thread for the whole process (CONTRIBUTING.md).
 """
 
 from __future__ import annotations
