@@ -48,12 +48,14 @@ $(BIN)/python:
 # torch first (see TORCH_INDEX above). The build tools go in before the editable
 # install, which runs without build isolation: Cython and NumPy for our kernel,
 # pybind11 for hnswlib (a peer in the benchmarks), which PyPI ships only as source
-# for this Python. The second step also brings torch's own dependencies.
+# for this Python. The second step also brings torch's own dependencies. The
+# editable install builds the kernel too (hence the flavour file written first).
 $(STAMP): $(BIN)/python pyproject.toml setup.py
 	$(BIN)/python -m pip install -q --retries 1 --no-deps --only-binary torch \
 	    "torch==$(TORCH_VERSION)" --index-url $(TORCH_INDEX)
 	$(BIN)/python -m pip install -q "torch==$(TORCH_VERSION)" setuptools wheel "Cython>=3.0" \
 	    "numpy>=1.26" "scipy>=1.11" "pybind11>=2.10"
+	@mkdir -p build && echo "$(HOPMEM_BUILD)" >$(FLAVOUR)  # the flavour the next step builds
 	$(BIN)/python -m pip install -q --no-build-isolation -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
