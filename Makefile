@@ -1,6 +1,6 @@
-# The commands the README names. `make test` and `make demo` work on a fresh
-# machine: they create .venv, install hopmem with everything its tests need,
-# and build the kernel.
+# The commands the README and CONTRIBUTING.md name. `make test` and `make demo` work
+# on a fresh machine: they create .venv, install hopmem with everything its tests
+# need, and build the kernel.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -8,7 +8,36 @@ STAMP  := $(VENV)/.hopmem-installed
 export OPENBLAS_NUM_THREADS ?= 1
 export OMP_NUM_THREADS ?= 1
 
-.PHONY: all install build test typecheck demo serve bench bench-smoke asv asv-smoke clean
+# torch's CPU build, installed the way the README says: pinned, from PyTorch's CPU
+# index (an unpinned torch from PyPI is a multi-GB CUDA build). Override either,
+# e.g. `make install TORCH_INDEX=https://download.pytorch.org/whl/cu128`. Where the
+# index cannot be reached, pip still takes a matching wheel from its configured
+# find-links or extra indexes (this is how the CI machines get it), so the torch
+# step asks the index once (--retries 1) and fetches no dependencies from it:
+# they come from the usual index in the next step.
+TORCH_VERSION ?= 2.13.0
+TORCH_INDEX   ?= https://download.pytorch.org/whl/cpu
+# The extras `make install` installs (all of them: the tests exercise every layer).
+EXTRAS ?= test,lint,text,server,bench,notebooks
+
+# The kernel's build flavour, read by setup.py: release (default), debug, asan, tsan.
+export HOPMEM_BUILD ?= release
+# The built extension (hopmem/_kernel.cpython-311-x86_64-linux-gnu.so and the like)
+# is rebuilt when a kernel source, setup.py or the flavour changes. The flavour is
+# kept in a file that its rule rewrites only when it differs, so that make sees a change.
+EXT_SUFFIX := $(shell $(firstword $(wildcard $(BIN)/python) $(PYTHON)) -c \
+                'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+KERNEL_SO  := hopmem/_kernel$(EXT_SUFFIX)
+KERNEL_SRC := setup.py hopmem/_kernel.pyx $(wildcard hopmem/*.pxd kernels/*.c kernels/*.h)
+FLAVOUR    := build/kernel-flavour
+
+# The tests run against a sanitized kernel (`make test-asan`, `make test-tsan`):
+# those that drive the kernel and its threads. Override with SAN_TESTS=...
+SAN_TESTS ?= tests/test_kernel_vs_reference.py tests/test_top_k.py tests/test_threads.py
+CC ?= cc
+
+.PHONY: FORCE all install build build-debug build-asan build-tsan test test-asan test-tsan lint \
+        typecheck hooks demo serve bench bench-smoke asv asv-smoke clean
 
 all: test
 
@@ -16,29 +45,83 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-# torch first, pinned: the CPU build of 2.13.0 lies on this machine's disk, and an
-# unpinned torch would pull a multi-GB CUDA build. The build tools go in before the
-# editable install, which runs without build isolation: Cython and NumPy for our
-# kernel, pybind11 for hnswlib (a peer in the benchmarks), which PyPI ships only as
-# source for this Python.
+# torch first (see TORCH_INDEX above). The build tools go in before the editable
+# install, which runs without build isolation: Cython and NumPy for our kernel,
+# pybind11 for hnswlib (a peer in the benchmarks), which PyPI ships only as source
+# for this Python. The second step also brings torch's own dependencies. The
+# editable install builds the kernel too (hence the flavour file written first).
 $(STAMP): $(BIN)/python pyproject.toml setup.py
-	$(BIN)/python -m pip install -q "torch==2.13.0"
-	$(BIN)/python -m pip install -q setuptools wheel "Cython>=3.0" "numpy>=1.26" "scipy>=1.11" "pybind11>=2.10"
-	$(BIN)/python -m pip install -q --no-build-isolation -e ".[test,text,server,bench,notebooks]"
+	$(BIN)/python -m pip install -q --retries 1 --no-deps --only-binary torch \
+	    "torch==$(TORCH_VERSION)" --index-url $(TORCH_INDEX)
+	$(BIN)/python -m pip install -q "torch==$(TORCH_VERSION)" setuptools wheel "Cython>=3.0" \
+	    "numpy>=1.26" "scipy>=1.11" "pybind11>=2.10"
+	@mkdir -p build && echo "$(HOPMEM_BUILD)" >$(FLAVOUR)  # the flavour the next step builds
+	$(BIN)/python -m pip install -q --no-build-isolation -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
 install: $(STAMP)
 
-# Rebuild the extension in place when kernels/ or the .pyx changed (cheap no-op otherwise).
-build: $(STAMP)
-	@$(BIN)/python setup.py -q build_ext --inplace 2>&1 | grep -v -i "warning" || true
+# Compile errors fail the build (and so `make test`); the compiler's output goes to
+# build/kernel-build.log, shown in full on failure. --force: make has already decided
+# that something changed (setuptools alone would miss a change to setup.py's flags).
+$(KERNEL_SO): $(KERNEL_SRC) $(FLAVOUR) | $(STAMP)
+	@echo "building hopmem._kernel ($(HOPMEM_BUILD))"
+	@$(BIN)/python setup.py -q build_ext --inplace --force >build/kernel-build.log 2>&1 \
+	    || { cat build/kernel-build.log; echo "kernel build failed (log: build/kernel-build.log)"; exit 1; }
+	@n=$$(grep -c "warning:" build/kernel-build.log); [ "$$n" = 0 ] \
+	    || echo "$$n compiler warnings: see build/kernel-build.log"
+	@touch $@
+
+build: $(KERNEL_SO)
+
+$(FLAVOUR): FORCE
+	@mkdir -p build; [ "$$(cat $@ 2>/dev/null)" = "$(HOPMEM_BUILD)" ] || echo "$(HOPMEM_BUILD)" >$@
+FORCE:
+
+# The same kernel with -O0 -g3 (debug), or AddressSanitizer + UBSan (asan), or
+# ThreadSanitizer (tsan). The next plain `make build` goes back to release.
+build-debug build-asan build-tsan: build-%:
+	@$(MAKE) --no-print-directory build HOPMEM_BUILD=$*
 
 test: build
 	$(BIN)/python -m pytest -q
 
+# A sanitized extension needs the sanitizer's runtime loaded before Python starts.
+# Reports go to build/sanitizer.PID (pytest would swallow them from stderr); any
+# report fails the target. Python itself leaks by design at exit: leak detection off.
+SAN_LOG := $(CURDIR)/build/sanitizer
+define run_sanitized
+	@rm -f $(SAN_LOG).*
+	$(1) $(BIN)/python -m pytest -q -p no:cacheprovider $(2) $(SAN_TESTS); status=$$?; \
+	if ls $(SAN_LOG).* >/dev/null 2>&1; then cat $(SAN_LOG).*; \
+	    echo "sanitizer reports above (also in build/sanitizer.*)"; exit 1; fi; exit $$status
+endef
+
+test-asan:
+	@$(MAKE) --no-print-directory build HOPMEM_BUILD=asan
+	$(call run_sanitized,LD_PRELOAD="$$($(CC) -print-file-name=libasan.so) $$($(CC) -print-file-name=libubsan.so)" \
+	    ASAN_OPTIONS=detect_leaks=0:log_path=$(SAN_LOG) \
+	    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:log_path=$(SAN_LOG))
+
+# scripts/tsan.supp: the races the kernel has by design. TSan cannot follow a fork()
+# of a process with threads, so the fork test is left out.
+TSAN_SKIP := --deselect tests/test_threads.py::test_a_forked_child_starts_its_own_helpers
+test-tsan:
+	@$(MAKE) --no-print-directory build HOPMEM_BUILD=tsan
+	$(call run_sanitized,LD_PRELOAD="$$($(CC) -print-file-name=libtsan.so)" \
+	    TSAN_OPTIONS="suppressions=$(CURDIR)/scripts/tsan.supp log_path=$(SAN_LOG)",$(TSAN_SKIP))
+
+# ruff's configuration is in pyproject.toml; `$(BIN)/ruff check --fix .` applies the safe fixes.
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
 # The package ships py.typed; its annotations are checked (config in pyproject.toml).
 typecheck: build
 	$(BIN)/python -m mypy
+
+# The pre-commit hooks (.pre-commit-config.yaml) run the venv's tools: no download.
+hooks: $(STAMP)
+	$(BIN)/pre-commit install
 
 demo: build
 	$(BIN)/python -m hopmem.demo
@@ -63,4 +146,4 @@ asv-smoke: build
 	$(BIN)/asv run --quick --dry-run --python=same --show-stderr
 
 clean:
-	rm -rf build hopmem/_kernel.c hopmem/*.so .hypothesis .pytest_cache .mypy_cache
+	rm -rf build hopmem/_kernel.c hopmem/*.so .hypothesis .pytest_cache .mypy_cache .ruff_cache
