@@ -18,7 +18,7 @@ export OMP_NUM_THREADS ?= 1
 TORCH_VERSION ?= 2.13.0
 TORCH_INDEX   ?= https://download.pytorch.org/whl/cpu
 # The extras `make install` installs (all of them: the tests exercise every layer).
-EXTRAS ?= test,lint,text,server,bench,notebooks
+EXTRAS ?= test,lint,docs,text,server,bench,notebooks
 
 # The kernel's build flavour, read by setup.py: release (default), debug, asan, tsan.
 export HOPMEM_BUILD ?= release
@@ -37,7 +37,7 @@ SAN_TESTS ?= tests/test_kernel_vs_reference.py tests/test_top_k.py tests/test_th
 CC ?= cc
 
 .PHONY: FORCE all install build build-debug build-asan build-tsan test test-asan test-tsan lint \
-        typecheck hooks demo serve bench bench-smoke asv asv-smoke clean
+        typecheck docs hooks demo serve bench bench-smoke asv asv-smoke clean
 
 all: test
 
@@ -118,6 +118,11 @@ lint: $(STAMP)
 # The package ships py.typed; its annotations are checked (config in pyproject.toml).
 typecheck: build
 	$(BIN)/python -m mypy
+
+# The docs site (mkdocs.yml): strict, so a broken link, anchor or docstring reference fails.
+# NO_MKDOCS_2_WARNING hides Material's end-of-life banner for MkDocs 1.x.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
 
 # The pre-commit hooks (.pre-commit-config.yaml) run the venv's tools: no download.
 hooks: $(STAMP)

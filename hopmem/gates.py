@@ -488,10 +488,6 @@ def calibrate(
     writes, locations : int or None, optional
         The memory's load when the scores were measured, for :meth:`Gate.is_stale`.
 
-    The names of the previous signature (``relevant_scores``,
-    ``irrelevant_scores``, ``holdout_fraction``, and ``error_budget`` by
-    position) still work, with a ``DeprecationWarning``, until hopmem 0.3.
-
     Returns
     -------
     Gate
@@ -502,6 +498,12 @@ def calibrate(
     InvalidInput
         On scores that are not 1-D finite numbers, a group of fewer than two,
         or an argument out of range.
+
+    Notes
+    -----
+    The names of the previous signature (``relevant_scores``,
+    ``irrelevant_scores``, ``holdout_fraction``, and ``error_budget`` by
+    position) still work, with a ``DeprecationWarning``, until hopmem 0.3.
 
     Examples
     --------
