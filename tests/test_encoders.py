@@ -123,6 +123,7 @@ class TestHashingEncoder:
         base, inflected, other = enc.encode(["migration", "migrating", "weather"])
         assert cosine(base, inflected) > cosine(base, other) + 0.2
 
+    @pytest.mark.subprocess
     def test_independent_of_python_hash_seed(self):
         code = "from hopmem.encoders import HashingEncoder; print(HashingEncoder(96).fingerprint)"
         outputs = set()
@@ -278,6 +279,7 @@ def minilm() -> SentenceTransformerEncoder:
     return SentenceTransformerEncoder()
 
 
+@pytest.mark.model
 def test_minilm_real_model(minilm):
     assert minilm.name == "all-MiniLM-L6-v2"
     assert minilm.dimension == 384

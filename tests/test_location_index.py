@@ -120,8 +120,7 @@ def test_compress_keeps_the_index_valid():
     np.testing.assert_array_equal(mem.read(X[:20]), twin.read(X[:20]))
 
 
-def test_an_index_is_built_used_and_judged_as_the_memory_grows():
-    rng = np.random.default_rng(0)
+def test_an_index_is_built_used_and_judged_as_the_memory_grows(rng):
     centres = rng.standard_normal((60, 32))
     clustered = (centres[rng.integers(0, 60, 3000)] +
                  0.1 * rng.standard_normal((3000, 32))).astype(np.float32)

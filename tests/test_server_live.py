@@ -24,6 +24,8 @@ import pytest
 pytest.importorskip("uvicorn")
 pytest.importorskip("starlette")
 
+pytestmark = pytest.mark.subprocess  # every test starts `python -m hopmem.server`
+
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE_PORT = 6380  # what the recipe hard-codes
 

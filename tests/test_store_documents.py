@@ -198,9 +198,8 @@ def test_query_validation_and_empty_cases(db):
         coll.documents.query(np.ones(5))
 
 
-def test_vector_index_compacts_and_keeps_order():
+def test_vector_index_compacts_and_keeps_order(rng):
     index = VectorIndex(4, capacity=16)
-    rng = np.random.default_rng(0)
     V = rng.standard_normal((3000, 4)).astype(np.float32)
     index.add(np.arange(1, 3001), V)
     for doc in range(1, 2500):

@@ -206,6 +206,7 @@ def test_the_store_crc_is_zlibs(parts, start):
     assert journal.crc32(journal.vectors_blob(X)) == zlib.crc32(X.astype("<f4").tobytes())
 
 
+@pytest.mark.subprocess
 def test_files_move_between_builds_with_and_without_isal(tmp_path):
     # A file written with ISA-L's CRC verifies where isal is missing, and the
     # other way round: a process with the import blocked reopens (checkpoint and
@@ -330,6 +331,7 @@ def test_second_writable_open_in_process_is_locked(tmp_path):
     hopmem.open(path).close()  # released on close
 
 
+@pytest.mark.subprocess
 def test_second_process_gets_a_clear_error_and_can_read(tmp_path):
     path = str(tmp_path / "a.hopmem")
     code = (

@@ -161,6 +161,7 @@ def _child_writes(X: np.ndarray, queue) -> None:
     queue.put(mem.snapshot())
 
 
+@pytest.mark.subprocess
 def test_a_forked_child_starts_its_own_helpers():
     # The parent's helpers do not exist in a fork()ed child: it must not wait
     # for them (a hang), and its writes must be the same bits.
@@ -197,6 +198,7 @@ def _import_with(env_value: str) -> subprocess.CompletedProcess:
                           env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.subprocess
 def test_the_environment_sets_the_default():
     done = _import_with("3")
     assert done.returncode == 0, done.stderr
@@ -234,6 +236,7 @@ def run_under_threadsanitizer(tmp_path, program: str, kernel_sources: list[str],
     return run
 
 
+@pytest.mark.subprocess
 def test_the_pool_is_race_free_under_threadsanitizer(tmp_path):
     # The pool's protocol (one atomic job word, a count of helpers inside,
     # spinning holds, sleeping helpers) stressed from three caller threads
@@ -245,6 +248,7 @@ def test_the_pool_is_race_free_under_threadsanitizer(tmp_path):
     assert "failures 0" in run.stdout
 
 
+@pytest.mark.subprocess
 def test_scoring_ahead_races_only_where_designed(tmp_path):
     # A batch write's helper reads address rows that the writes may be moving
     # (those rows are scored again before use). Under ThreadSanitizer every
