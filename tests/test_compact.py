@@ -23,7 +23,7 @@ def twins(dim: int, **config) -> tuple[Memory, Memory]:
     return Memory(dim, **config), Memory(dim, activation="compact", **config)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)  # expensive: two memories of 300 rows written and read per example
 @given(seed=st.integers(0, 2**32 - 1), dim=st.sampled_from([1, 2, 7, 16, 33, 128]),
        mode=st.sampled_from(["competitive", "plain"]), k=st.sampled_from([1, 3, 20, 500]),
        noise=st.sampled_from([0.0, 0.05, 0.5]), duplicates=st.sampled_from([0, 40]))
@@ -58,7 +58,7 @@ def test_batched_reads_equal_single_reads_with_ties(activation):
         np.testing.assert_array_equal(single.result, t.result)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)  # expensive: up to 3000 x 384 documents searched three ways per example
 @given(seed=st.integers(0, 2**32 - 1), n=st.sampled_from([1, 5, 64, 3000]),
        dim=st.sampled_from([1, 3, 48, 384]), k=st.sampled_from([1, 10, 100]),
        duplicates=st.booleans(), spread=st.sampled_from([1.0, 1e-3]))

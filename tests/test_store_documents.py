@@ -239,7 +239,8 @@ def test_the_half_copy_is_built_by_the_first_exact_search_and_kept_in_step():
         np.testing.assert_array_equal(fresh.search(q, 7)[0], index.search(q, 7)[0])
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Generating up to 20 documents' location lists is slow (too_slow), and so is each example.
+@settings(max_examples=40, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.integers(1, 30), st.lists(st.integers(1, 12), min_size=1, max_size=4)),
                 min_size=1, max_size=20),
        st.lists(st.tuples(st.integers(1, 12), st.integers(1, 12)), max_size=8))
