@@ -44,13 +44,18 @@ from hypothesis import settings
 SLOW_ENV = "HOPMEM_SLOW_TESTS"
 
 
+def _env_flag(name: str) -> bool:
+    """An environment variable set to anything but "", "0", "false" or "no"."""
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
+
+
 def in_ci() -> bool:
-    """True where the environment says CI (CI=true, as CI services set it; "0"/"false" say no)."""
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+    """True under CI (CI=true, as CI services set it)."""
+    return _env_flag("CI")
 
 
 def slow_tests_enabled() -> bool:
-    return in_ci() or os.environ.get(SLOW_ENV, "").strip() not in ("", "0")
+    return in_ci() or _env_flag(SLOW_ENV)
 
 
 # -- Hypothesis -------------------------------------------------------------------------------
@@ -71,12 +76,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     skip = pytest.mark.skip(reason=f"slow: runs in CI (CI=true) or with {SLOW_ENV}=1")
     for item in items:
-        if "slow" in item.keywords:
+        if item.get_closest_marker("slow") is not None:
             item.add_marker(skip)
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    return f"slow tests: {'run' if slow_tests_enabled() else f'skipped (set CI=true or {SLOW_ENV}=1)'}"
+    slow = "run" if slow_tests_enabled() else f"skipped (set CI=true or {SLOW_ENV}=1)"
+    return f"hypothesis profile: {PROFILE}; slow tests: {slow}"
 
 
 # -- seeds ------------------------------------------------------------------------------------
