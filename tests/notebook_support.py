@@ -3,7 +3,7 @@
 The kernel is this interpreter, declared by a kernelspec written to a
 temporary JUPYTER_PATH with the repository on PYTHONPATH, so no installed
 kernel is needed. Outside CI a missing notebook package skips; under CI (CI
-set) it fails: the notebooks are part of what CI checks.
+true) it fails: the notebooks are part of what CI checks.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import in_ci
+
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL = "hopmem-test-python"
 
@@ -24,7 +26,7 @@ def require(module: str):
     try:
         return __import__(module)
     except ImportError as exc:
-        if os.environ.get("CI"):
+        if in_ci():
             pytest.fail(f"{module} is needed to run the notebooks in CI: {exc}")
         pytest.skip(f"{module} not installed ({exc}); pip install 'hopmem[notebooks]'")
 
@@ -40,7 +42,7 @@ def install_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
         [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     monkeypatch.delenv("MPLBACKEND", raising=False)  # the notebooks ask for inline figures
-    # One BLAS / torch thread: faster than two on small shared machines (CONTRIBUTING.md).
+    # One BLAS / torch thread: faster than two on small shared machines.
     monkeypatch.setenv("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
     return KERNEL
 

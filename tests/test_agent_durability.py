@@ -48,6 +48,7 @@ def _run_and_kill(path: str, rnd: random.Random) -> tuple[int, list[list[str]]]:
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+@pytest.mark.subprocess
 def test_sigkill_during_agent_writes_loses_nothing_acknowledged(tmp_path):
     writer = _load_writer()
     path = str(tmp_path / "crash.db")
@@ -101,6 +102,7 @@ def test_sigkill_during_agent_writes_loses_nothing_acknowledged(tmp_path):
         conn.close()
 
 
+@pytest.mark.subprocess
 def test_processes_remembering_at_once_lose_and_double_nothing(tmp_path):
     writer = _load_writer()
     path = str(tmp_path / "shared.db")

@@ -5,7 +5,7 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from hopmem.agent import keyword as kw
@@ -24,14 +24,12 @@ def test_table_is_sorted_and_complete():
     assert all(keys[i] <= keys[i + 1] for i in range(len(keys) - 1))
 
 
-@settings(max_examples=200, deadline=None)
 @given(st.sampled_from(PLAIN))
 def test_zipf_matches_the_word_list(word):
     # the oracle: wordfreq's own frequency of the word, as a Zipf value
     assert zipf(word) == pytest.approx(math.log10(LARGE[word]) + 9.0, abs=0.006)
 
 
-@settings(max_examples=100, deadline=None)
 @given(st.text(alphabet="qxzjvkw", min_size=12, max_size=20))
 def test_a_word_the_list_lacks_is_zero(word):
     if word not in LARGE:

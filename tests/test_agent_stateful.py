@@ -237,7 +237,9 @@ class AgentMemoryMachine(RuleBasedStateMachine):
         assert not {e.id for e in self.other.entries()} & set(self.alive)
 
 
-AgentMemoryMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None,
+# Expensive (every example runs up to 30 steps against a store): fewer examples than the profile's;
+# too_slow would fire on that cost, which is the point of the test, not a slow strategy.
+AgentMemoryMachine.TestCase.settings = settings(max_examples=60, stateful_step_count=30,
                                                 suppress_health_check=[HealthCheck.too_slow])
 TestAgentMemoryMachine = AgentMemoryMachine.TestCase
 
@@ -326,6 +328,7 @@ class BoundedMemoryMachine(RuleBasedStateMachine):
             assert entry.suppressed == (entry.retention < 0.05 and not entry.expired) or entry.expired
 
 
-BoundedMemoryMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=30, deadline=None,
+# Expensive, as AgentMemoryMachine above.
+BoundedMemoryMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=30,
                                                   suppress_health_check=[HealthCheck.too_slow])
 TestBoundedMemoryMachine = BoundedMemoryMachine.TestCase

@@ -6,13 +6,8 @@ import numpy as np
 import pytest
 
 from benchmarks.asv.bench_engine import Rewinder
+from conftest import clustered
 from hopmem import Memory
-
-
-def clustered(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
-    centres = rng.standard_normal((6, dim))
-    X = centres[rng.integers(0, 6, n)] + 0.3 * rng.standard_normal((n, dim))
-    return (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32)
 
 
 @pytest.mark.parametrize("backend", ["native", "reference"])
@@ -21,15 +16,16 @@ def clustered(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
 def test_rewind_gives_the_snapshot_back_bit_for_bit(backend, config):
     rng = np.random.default_rng(3)
     mem = Memory(16, seed=1, backend=backend, **config)
-    mem.write(clustered(rng, 60, 16))
+    mem.write(clustered(60, 16, rng=rng, unit=True))
     rw = Rewinder(mem, mem.snapshot())
-    for x in clustered(rng, 12, 16):
+    for x in clustered(12, 16, rng=rng, unit=True):
         rw.write(x)
         assert not rw.matches_snapshot()  # the write changed something...
         rw.rewind()
         assert rw.matches_snapshot()      # ...and the rewind undid all of it
 
 
+@pytest.mark.subprocess
 def test_the_store_bench_reopens_in_fresh_processes(tmp_path):
     # benchmarks/store_bench.py times a restart in a fresh interpreter: the child
     # must find the file's collection, read, query its documents and report.
@@ -38,7 +34,7 @@ def test_the_store_bench_reopens_in_fresh_processes(tmp_path):
 
     path = str(tmp_path / "small.hopmem")
     with hopmem.open(path, dim=16) as db:
-        db.collection("big").write(clustered(np.random.default_rng(5), 40, 16),
+        db.collection("big").write(clustered(40, 16, rng=5, unit=True),
                                    metadata=[{"i": i} for i in range(40)])
     times = fresh_reopen(path, "big", 16, runs=2)
     assert set(times) == {"reopen", "read", "query"}

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from hopmem.centering import Centerer
@@ -49,7 +49,6 @@ class TestFit:
         assert chunked == whole
         np.testing.assert_array_equal(chunked.mean_, whole.mean_)
 
-    @settings(max_examples=50, deadline=None)
     @given(st.integers(1, 60), st.lists(st.integers(0, 60), max_size=5), st.integers(0, 2**31))
     def test_partial_fit_over_chunks_equals_fit(self, n, cuts, seed):
         X = data(n, 5, seed)

@@ -14,36 +14,28 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import clustered
 from hopmem import Memory
 from hopmem.memory import top_k_cosine, top_k_dot
-
-
-def clustered(rng: np.random.Generator, n: int, dim: int, centres: int, noise: float,
-              duplicates: int = 0) -> np.ndarray:
-    c = rng.normal(size=(centres, dim))
-    X = c[rng.integers(0, centres, n)] + noise * rng.normal(size=(n, dim))
-    if duplicates:
-        X[rng.integers(0, n, duplicates)] = X[0]  # exact ties in every score
-    return X.astype(np.float32)
 
 
 def twins(dim: int, **config) -> tuple[Memory, Memory]:
     return Memory(dim, **config), Memory(dim, activation="compact", **config)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)  # expensive: two memories of 300 rows written and read per example
 @given(seed=st.integers(0, 2**32 - 1), dim=st.sampled_from([1, 2, 7, 16, 33, 128]),
        mode=st.sampled_from(["competitive", "plain"]), k=st.sampled_from([1, 3, 20, 500]),
        noise=st.sampled_from([0.0, 0.05, 0.5]), duplicates=st.sampled_from([0, 40]))
 def test_compact_memory_equals_exact_memory(seed, dim, mode, k, noise, duplicates):
     rng = np.random.default_rng(seed)
-    X = clustered(rng, 300, dim, centres=6, noise=noise, duplicates=duplicates)
+    X = clustered(300, dim, rng=rng, centres=6, noise=noise, duplicates=duplicates)  # ties in every score
     exact, compact = twins(dim, mode=mode, k=k, tau_overload=6.0)
     exact.write(X)
     compact.write(X)
     # Writes activate through the same path: the states must be identical.
     assert exact.snapshot() == compact.snapshot()
-    Q = np.concatenate([X[:5], clustered(rng, 5, dim, 6, 1.0), np.zeros((1, dim), np.float32)])
+    Q = np.concatenate([X[:5], clustered(5, dim, rng=rng, centres=6, noise=1.0), np.zeros((1, dim), np.float32)])
     for strategy in ("fast", "iterative"):
         for a, b in zip(exact.analyze(Q, strategy), compact.analyze(Q, strategy)):
             np.testing.assert_array_equal(a.activated, b.activated)
@@ -55,10 +47,10 @@ def test_compact_memory_equals_exact_memory(seed, dim, mode, k, noise, duplicate
 @pytest.mark.parametrize("activation", ["exact", "compact"])
 def test_batched_reads_equal_single_reads_with_ties(activation):
     rng = np.random.default_rng(3)
-    X = clustered(rng, 2000, 64, centres=20, noise=0.3, duplicates=200)
+    X = clustered(2000, 64, rng=rng, centres=20, noise=0.3, duplicates=200)
     mem = Memory(64, mode="plain", k=20, activation=activation)
     mem.write(X)
-    Q = np.concatenate([X[:70], clustered(rng, 60, 64, 20, 0.5)])  # > one block of 64
+    Q = np.concatenate([X[:70], clustered(60, 64, rng=rng, centres=20, noise=0.5)])  # > one block of 64
     batch = mem.analyze(Q)
     for q, t in zip(Q, batch):
         single = mem.analyze(q)
@@ -66,7 +58,7 @@ def test_batched_reads_equal_single_reads_with_ties(activation):
         np.testing.assert_array_equal(single.result, t.result)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)  # expensive: up to 3000 x 384 documents searched three ways per example
 @given(seed=st.integers(0, 2**32 - 1), n=st.sampled_from([1, 5, 64, 3000]),
        dim=st.sampled_from([1, 3, 48, 384]), k=st.sampled_from([1, 10, 100]),
        duplicates=st.booleans(), spread=st.sampled_from([1.0, 1e-3]))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from hopmem import encoders
@@ -123,6 +123,7 @@ class TestHashingEncoder:
         base, inflected, other = enc.encode(["migration", "migrating", "weather"])
         assert cosine(base, inflected) > cosine(base, other) + 0.2
 
+    @pytest.mark.subprocess
     def test_independent_of_python_hash_seed(self):
         code = "from hopmem.encoders import HashingEncoder; print(HashingEncoder(96).fingerprint)"
         outputs = set()
@@ -158,7 +159,6 @@ class TestHashingEncoder:
         assert out.shape == (3000, 384)
         assert np.isfinite(out).all()
 
-    @settings(max_examples=60, deadline=None)
     @given(st.lists(st.text(max_size=40), max_size=6), st.integers(1, 64))
     def test_any_text_gives_finite_unit_or_zero_rows(self, texts, dim):
         a = HashingEncoder(dim).encode(texts)
@@ -278,6 +278,7 @@ def minilm() -> SentenceTransformerEncoder:
     return SentenceTransformerEncoder()
 
 
+@pytest.mark.model
 def test_minilm_real_model(minilm):
     assert minilm.name == "all-MiniLM-L6-v2"
     assert minilm.dim == 384

@@ -19,8 +19,7 @@ from benchmarks.experiments import (abstention, basins, capacity, interference, 
 
 # -- helpers ----------------------------------------------------------------------------
 
-def test_perturb_sets_the_exact_angle():
-    rng = np.random.default_rng(0)
+def test_perturb_sets_the_exact_angle(rng):
     X = C.random_patterns(50, 32, rng)
     for deg in (0, 30, 60, 90):
         Q = C.perturb(X, math.radians(deg), rng)
@@ -155,8 +154,7 @@ def test_drifting_stream_overwrites_early_patterns():
 
 # -- quantization -----------------------------------------------------------------------
 
-def test_spherical_kmeans_recovers_separated_clusters():
-    rng = np.random.default_rng(0)
+def test_spherical_kmeans_recovers_separated_clusters(rng):
     X, labels = C.clustered_patterns(400, 32, 8, math.radians(10.0), rng)
     centres = quantization.spherical_kmeans(X, 8, iters=20, seed=0)
     qe, unused = quantization.quantisation(centres, X)
@@ -199,9 +197,8 @@ def test_abstention_separates_seen_from_unrelated_with_a_hashing_encoder():
     assert set(arrays[(0, "plain", 30.0)]) >= {"seen", "unrelated", "held-out"}
 
 
-@pytest.mark.skipif(not (__import__("os").environ.get("HOPMEM_SLOW_TESTS")
-                         or __import__("os").environ.get("CI")),
-                    reason="loads all-MiniLM-L6-v2 (~30 s): runs in CI or with HOPMEM_SLOW_TESTS=1")
+@pytest.mark.slow  # loads all-MiniLM-L6-v2 (~30 s)
+@pytest.mark.model
 def test_abstention_with_the_model():
     encoder, why = abstention.model_encoder()
     if encoder is None:

@@ -8,7 +8,7 @@ import types
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from hopmem import gates
@@ -56,7 +56,6 @@ class TestAUC:
         assert auc([1, 3], [2, 2]) == 0.5
         assert calibrate([1, 2, 3], [1, 2, 3]).auc == 0.5
 
-    @settings(max_examples=150, deadline=None)
     @given(scores, scores)
     def test_equals_brute_force_pairwise_count(self, relevant, irrelevant):
         expected = brute_force_auc(relevant, irrelevant)
@@ -73,7 +72,6 @@ class TestRoc:
         np.testing.assert_array_equal(tpr, [0, 1 / 3, 2 / 3, 2 / 3, 1, 1])
         np.testing.assert_array_equal(fpr, [0, 0, 0, 0.5, 0.5, 1])
 
-    @settings(max_examples=100, deadline=None)
     @given(scores, scores)
     def test_monotone_and_area_is_auc(self, relevant, irrelevant):
         fpr, tpr, _ = roc_curve(relevant, irrelevant)
@@ -111,7 +109,6 @@ class TestOverlapping:
         assert (gate.n_relevant, gate.n_irrelevant) == (200, 300)
         assert 0.5 < gate.auc < 1.0
 
-    @settings(max_examples=80, deadline=None)
     @given(
         st.integers(2, 40),
         st.integers(2, 40),
@@ -167,7 +164,6 @@ class TestOverlapping:
 
 
 class TestMinCoverage:
-    @settings(max_examples=80, deadline=None)
     @given(st.integers(2, 40), st.integers(2, 40), st.floats(0.0, 0.99), st.floats(0.0, 1.0), st.floats(0.0, 0.9),
            st.integers(0, 1000))
     def test_floor_held_and_tau_never_above_the_budgets(self, n_rel, n_irr, budget, floor, holdout, seed):
@@ -176,7 +172,9 @@ class TestMinCoverage:
         plain = calibrate(relevant, irrelevant, error_budget=budget, holdout=holdout, seed=seed)
         assert gate.tau <= plain.tau  # the floor only ever lowers tau
         rel_fit, _, irr_fit, _ = fitting_parts(relevant, irrelevant, holdout, seed)
-        assert gate.coverage == np.mean(rel_fit >= gate.tau) >= floor - 1e-12
+        # 1e-9: the floor's count forgives that much rounding (gates._coverage_cap), so a floor
+        # of 2e-10 needs no relevant score admitted.
+        assert gate.coverage == np.mean(rel_fit >= gate.tau) >= floor - 1e-9
         if gate.tau < plain.tau:
             # lowered no further than the floor needs: one relevant score fewer would break it
             admitted = np.sort(rel_fit[rel_fit >= gate.tau])

@@ -38,6 +38,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from conftest import clustered
 from hopmem import EmptyMemory, Memory
 from hopmem import _kernel, _reference
 from hopmem.memory import top_k_dot
@@ -47,12 +48,6 @@ from hopmem.memory import top_k_dot
 
 def twins(dim: int, **cfg) -> tuple[Memory, Memory]:
     return Memory(dim, backend="native", **cfg), Memory(dim, backend="reference", **cfg)
-
-
-def clustered(rng: np.random.Generator, n: int, dim: int, centers: int = 4,
-              spread: float = 0.35) -> np.ndarray:
-    c = rng.standard_normal((centers, dim))
-    return (c[rng.integers(0, centers, n)] + spread * rng.standard_normal((n, dim))).astype(np.float32)
 
 
 def write_log(result) -> tuple:
@@ -276,7 +271,7 @@ def test_seeded_workload(dim, mode, config):
     rng = np.random.default_rng(1000 * dim + sorted(CONFIGS).index(config))
     cfg = dict(CONFIGS[config], mode=mode, eta0=0.2, eta_decay=0.95, eta_min=0.02, seed=dim)
     native, reference = twins(dim, **cfg)
-    X = clustered(rng, 40, dim)
+    X = clustered(40, dim, rng=rng, centres=4, noise=0.35)
     X[11] = X[4]          # an exact duplicate: exact ties in both precisions
     X[23] = -X[7]         # an exact antipode
     X[30] = X[9] * 2.0**-20
@@ -294,7 +289,7 @@ def test_seeded_workload(dim, mode, config):
         assert native.snapshot().rng != fresh_rng
         if config == "bounded":
             assert merges > 0 and len(native) <= 6
-    Q = np.concatenate([clustered(rng, 5, dim), X[[4, 23]], np.zeros((1, dim), np.float32)])
+    Q = np.concatenate([clustered(5, dim, rng=rng, centres=4, noise=0.35), X[[4, 23]], np.zeros((1, dim), np.float32)])
     assert_reads_agree(native, reference, Q)
     an = native.attention(Q[0], scale=1.0 / math.sqrt(dim))
     ar = reference.attention(Q[0], scale=1.0 / math.sqrt(dim))
@@ -310,7 +305,7 @@ def test_splits_and_merges_happen_identically(dim):
     rng = np.random.default_rng(dim)
     native, reference = twins(dim, k=4, tau_overload=1.5, max_locations=5, seed=7,
                               eta0=0.3, eta_min=0.05)
-    X = clustered(rng, 30, dim, centers=2, spread=0.1)
+    X = clustered(30, dim, rng=rng, centres=2, noise=0.1)
     rn, rr = native.write(X), reference.write(X)
     assert write_log(rn) == write_log(rr)
     assert sum(len(c) for c in rn.created) > 3 and len(rn.merges) > 0
@@ -334,7 +329,7 @@ def test_empty_and_single_location():
 @pytest.mark.parametrize("dim", [2, 17, 64])
 def test_compress_merges_identically(dim):
     rng = np.random.default_rng(dim)
-    X = clustered(rng, 24, dim, centers=3, spread=0.05)
+    X = clustered(24, dim, rng=rng, centres=3, noise=0.05)
     native, reference = twins(dim, mode="plain", tau_merge=0.9)
     native.write(X), reference.write(X)
     cn, cr = native.compress(), reference.compress()  # merge_above tau_merge
@@ -367,7 +362,7 @@ def test_float32_near_tie_is_told_apart_from_a_bug():
     rng = np.random.default_rng(1574)
     for options in (6, 2, 5, 3, 3):
         rng.choice(options)  # replays the random stream of the soak run that found it
-    X = clustered(rng, 60, 17, spread=0.3)[:20]
+    X = clustered(60, 17, rng=rng, centres=4)[:20]
     cfg = dict(k=1, tau_overload=1.5, max_locations=8, seed=1574, beta=1.0, eta0=0.3,
                eta_min=0.01, eta_decay=0.9)
     native, reference = twins(17, **cfg)
@@ -434,8 +429,9 @@ def workloads(draw):
     return dim, cfg, X, Q, draw(st.sampled_from(LAYOUTS)), draw(st.sampled_from(LAYOUTS))
 
 
-@settings(max_examples=100, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+# Expensive (whole workloads on two backends); workloads() rejects non-finite data and
+# near-ties by design, so slow generation and filtering are expected.
+@settings(max_examples=100, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(workloads())
 def test_generated_workloads_agree(case):
     dim, cfg, X, Q, write_layout, read_layout = case
@@ -517,8 +513,8 @@ def assert_bit_equal_traces(tn, tr) -> None:
         assert (a.iterations, a.converged, a.fidelity) == (b.iterations, b.converged, b.fidelity)
 
 
-@settings(max_examples=60, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+# Expensive, and the same workloads() as above.
+@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(workloads())
 def test_iterations_on_float64_copies_are_bit_equal_to_float32_rows(case):
     dim, cfg, X, Q, _, _ = case
@@ -534,7 +530,7 @@ def test_iterations_on_float64_copies_at_full_width(mode):
     # d = 384, k = 20: the vector loops run dozens of times, and plain mode
     # with merges mixes locations that reuse their address with ones that do not.
     rng = np.random.default_rng(11)
-    X = clustered(rng, 600, 384, centers=30)
+    X = clustered(600, 384, rng=rng, centres=30, noise=0.35)
     copies = Memory(384, mode=mode, k=20, beta=8.0)
     copies.write(X)
     if mode == "plain":
@@ -547,15 +543,14 @@ def test_iterations_on_float64_copies_at_full_width(mode):
         assert (copies.weights != 1.0).any() and (copies.weights == 1.0).any()
 
 
-@settings(max_examples=60, deadline=None)
 @given(st.sampled_from(LAYOUTS), st.integers(0, 2**32 - 1), st.sampled_from([1, 3, 17]),
        st.floats(-0.5, 4.0))
 def test_attention_agrees(layout, seed, dim, log_scale):
     rng = np.random.default_rng(seed)
     native, reference = twins(dim, mode="plain", k=4)
-    X = clustered(rng, 9, dim)
+    X = clustered(9, dim, rng=rng, centres=4, noise=0.35)
     native.write(X), reference.write(X)
-    q, exact = present(clustered(rng, 1, dim)[0], layout)
+    q, exact = present(clustered(1, dim, rng=rng, centres=4, noise=0.35)[0], layout)
     keep = snapshot_of(q)
     scale = 10.0**log_scale / math.sqrt(dim)
     an, ar = native.attention(q, scale), reference.attention(exact, scale)
@@ -635,7 +630,6 @@ def test_tiny_norm_query_activates_lowest_ids():
     assert [t.activated.tolist() for t in native.analyze(batch, "fast")] == [[1], [2], [1]]
 
 
-@settings(max_examples=60, deadline=None)
 @given(st.lists(st.floats(width=32, allow_nan=False), min_size=0, max_size=300),
        st.sampled_from([(), (1,), (3,)]))
 def test_the_kernel_half_conversion_is_numpys(values, shape):
@@ -663,7 +657,6 @@ def test_the_kernel_half_conversion_is_numpys(values, shape):
                                       strided.astype(np.float16).view(np.uint16))
 
 
-@settings(max_examples=80, deadline=None)
 @given(st.integers(0, 9000), st.lists(st.tuples(st.integers(0, 8999),
                                                  st.sampled_from([np.nan, np.inf, -np.inf, 3.4e38, -0.0, 1e-45])),
                                        max_size=3), st.integers(0, 2**32 - 1))
@@ -677,7 +670,6 @@ def test_all_finite_is_numpys(n, specials, seed):
     assert _kernel.all_finite(x) == bool(np.isfinite(x).all())
 
 
-@settings(max_examples=80, deadline=None)
 @given(st.lists(st.tuples(st.lists(st.integers(-2**63, 2**63 - 1), max_size=70),
                           st.lists(st.integers(0, 40), max_size=3)), max_size=12),
        st.booleans())

@@ -19,6 +19,9 @@ import pytest
 
 from notebook_support import ROOT, execute, figures, install_kernel, stdout
 
+# nbclient starts a kernel process; the notebook loads all-MiniLM-L6-v2 where it is installed.
+pytestmark = [pytest.mark.notebook, pytest.mark.subprocess, pytest.mark.model]
+
 NOTEBOOK = ROOT / "notebooks" / "calibrate-tau.ipynb"
 LIMIT_S = float(os.environ.get("HOPMEM_NOTEBOOK_LIMIT_S", "120"))
 

@@ -13,8 +13,13 @@ import pytest
 
 from notebook_support import ROOT, execute, figures, install_kernel
 
+pytestmark = [pytest.mark.notebook, pytest.mark.subprocess]  # nbclient starts a kernel process
+
 OWN_TESTS = {"calibrate-tau.ipynb"}
 NOTEBOOKS = sorted(p for p in (ROOT / "notebooks").glob("*.ipynb") if p.name not in OWN_TESTS)
+# hopmem.demo.pick_encoder loads all-MiniLM-L6-v2 where it is installed.
+PARAMS = [pytest.param(p, id=p.name, marks=[pytest.mark.model] if "pick_encoder(" in p.read_text() else [])
+          for p in NOTEBOOKS]
 LIMIT_S = float(os.environ.get("HOPMEM_NOTEBOOK_LIMIT_S", "120"))
 
 
@@ -27,7 +32,7 @@ def test_there_are_notebooks():
     assert any(p.name == "capacity-and-interference.ipynb" for p in NOTEBOOKS)
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+@pytest.mark.parametrize("path", PARAMS)
 def test_notebook_executes(path: Path, kernel: str) -> None:
     nb, elapsed = execute(path, kernel, LIMIT_S)
     print(f"{path.name}: executed in {elapsed:.1f} s")

@@ -52,7 +52,6 @@ def stored_and_query(draw, max_rows: int = 12):
 # -- the textbook update ----------------------------------------------------------------------
 
 
-@settings(max_examples=80, deadline=None)
 @given(stored_and_query(), st.sampled_from([0.5, 2.0, 8.0, 20.0]), st.sampled_from(BACKENDS))
 def test_plain_fast_read_is_the_modern_hopfield_update(data, beta, backend):
     X, q = data
@@ -64,7 +63,6 @@ def test_plain_fast_read_is_the_modern_hopfield_update(data, beta, backend):
     np.testing.assert_allclose(mem.read(q, "fast"), expected, atol=1e-5)
 
 
-@settings(max_examples=80, deadline=None)
 @given(stored_and_query(), st.sampled_from([0.5, 2.0, 8.0, 20.0]), st.integers(1, 15),
        st.sampled_from([1e-3, 1e-6]), st.sampled_from(BACKENDS))
 def test_plain_iterative_read_is_the_iterated_update(data, beta, t_max, epsilon, backend):
@@ -122,7 +120,6 @@ def test_ties_go_to_the_lower_id(backend):
 # -- softmax weights, convergence, fidelities --------------------------------------------------
 
 
-@settings(max_examples=60, deadline=None)
 @given(stored_and_query(max_rows=20), st.sampled_from(["competitive", "plain"]),
        st.integers(1, 8), st.sampled_from(BACKENDS))
 def test_softmax_weights_are_a_distribution(data, mode, k, backend):
@@ -141,7 +138,6 @@ def test_softmax_weights_are_a_distribution(data, mode, k, backend):
     np.testing.assert_allclose(fast.weights, softmax(5.0 * fast.similarities), atol=1e-9)
 
 
-@settings(max_examples=60, deadline=None)
 @given(stored_and_query(max_rows=20), st.sampled_from(["competitive", "plain"]),
        st.sampled_from(["fast", "iterative"]), st.sampled_from(BACKENDS))
 def test_fidelity_and_first_contact(data, mode, strategy, backend):
@@ -159,7 +155,6 @@ def test_fidelity_and_first_contact(data, mode, strategy, backend):
     np.testing.assert_allclose(trace.similarities, expected, atol=1e-6)
 
 
-@settings(max_examples=50, deadline=None)
 @given(stored_and_query(), st.sampled_from([1.0, 5.0, 10.0]), st.sampled_from(BACKENDS))
 def test_iterative_reads_converge(data, beta, backend):
     X, q = data
@@ -313,7 +308,7 @@ def write_plan(draw):
     return X, cuts
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)  # expensive: every plan is written twice, batched and one at a time
 @given(write_plan(),
        st.sampled_from([{}, {"tau_overload": 2.0}, {"tau_split": 0.9, "tau_overload": 1.5, "tau_merge": 0.92},
                         {"tau_split": 0.9, "max_locations": 80}, {"activation": "compact", "k": 5},

@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import hopmem
@@ -144,7 +144,6 @@ class TestFuse:
         with pytest.raises(InvalidInput):
             fuse(**args)
 
-    @settings(max_examples=60, deadline=None)
     @given(st.integers(0, 2**32 - 1), st.integers(1, 8), st.floats(-1, 1))
     def test_path_top_n_lies_in_the_union_of_both_top_n(self, seed, n, fidelity):
         # Why the candidate pool of size n is enough for exact fused ranking.

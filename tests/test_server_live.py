@@ -24,6 +24,8 @@ import pytest
 pytest.importorskip("uvicorn")
 pytest.importorskip("starlette")
 
+pytestmark = pytest.mark.subprocess  # every test starts `python -m hopmem.server`
+
 ROOT = Path(__file__).resolve().parent.parent
 RECIPE_PORT = 6380  # what the recipe hard-codes
 
@@ -60,7 +62,11 @@ class LiveServer:
              "--dimension", str(dimension), "--port", str(self.port), "--log-level", "info",
              *extra],
             env=env, stdout=self.log, stderr=subprocess.STDOUT, cwd=str(ROOT))
-        self._wait_healthy()
+        try:
+            self._wait_healthy()
+        except BaseException:
+            self.stop()  # closes the log too: a server that never came up leaks no file
+            raise
 
     def _wait_healthy(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout

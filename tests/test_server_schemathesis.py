@@ -53,8 +53,8 @@ schema = schemathesis.openapi.from_asgi("/openapi.json", _app())
 
 
 @schema.parametrize()
-@settings(max_examples=EXAMPLES, deadline=None,
-          suppress_health_check=list(HealthCheck))
+@settings(max_examples=EXAMPLES,  # HOPMEM_FUZZ_EXAMPLES: each example is a request
+          suppress_health_check=list(HealthCheck))  # schemathesis' strategies, not ours
 def test_api_never_5xx_and_matches_its_schema(case):
     case.call_and_validate(checks=[not_a_server_error, status_code_conformance,
                                    content_type_conformance, response_schema_conformance])

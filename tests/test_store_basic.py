@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import hopmem
+from conftest import clustered
 from hopmem import (
     DimensionMismatch,
     IncompatibleStore,
@@ -15,12 +16,6 @@ from hopmem import (
     StoreError,
 )
 from hopmem.store import CollectionStats, StoredWriteResult
-
-
-def clustered(n, d=16, seed=0, centres=6, noise=0.15):
-    rng = np.random.default_rng(seed)
-    C = np.random.default_rng(99).standard_normal((centres, d)).astype(np.float32)
-    return (C[rng.integers(0, centres, n)] + noise * rng.standard_normal((n, d))).astype(np.float32)
 
 
 @pytest.fixture
@@ -42,7 +37,7 @@ def test_create_needs_dim_and_reopen_reads_it(path):
 
 
 def test_state_round_trip_is_bit_identical_to_a_plain_memory(path):
-    batches = [clustered(37, seed=s) for s in range(6)]
+    batches = [clustered(37, 16, rng=s, noise=0.15, centre_seed=99) for s in range(6)]
     expected = Memory(16, max_locations=12, seed=5)
     with hopmem.open(path, dim=16, checkpoint_every=50, max_locations=12, seed=5) as db:
         coll = db.collection("c")
@@ -55,8 +50,8 @@ def test_state_round_trip_is_bit_identical_to_a_plain_memory(path):
             assert res.seq == i + 1
         coll.compress(8)
         expected.compress(8)
-        coll.write(clustered(5, seed=77))
-        expected.write(clustered(5, seed=77))
+        coll.write(clustered(5, 16, rng=77, noise=0.15, centre_seed=99))
+        expected.write(clustered(5, 16, rng=77, noise=0.15, centre_seed=99))
         assert coll.snapshot() == expected.snapshot()
     # Reopen: checkpoint (every 50 vectors) + replay of the tail.
     with hopmem.open(path) as db:
@@ -64,7 +59,7 @@ def test_state_round_trip_is_bit_identical_to_a_plain_memory(path):
         assert coll.snapshot() == expected.snapshot()
         assert coll.config == expected.config
         assert coll.seq == 8
-        q = clustered(3, seed=5)
+        q = clustered(3, 16, rng=5, noise=0.15, centre_seed=99)
         assert np.array_equal(coll.read(q), expected.read(q))
         assert coll.stats() == CollectionStats(**expected.stats().to_dict(),
                                                documents=3 * 37)
@@ -72,7 +67,7 @@ def test_state_round_trip_is_bit_identical_to_a_plain_memory(path):
 
 def test_a_compact_collection_reopens_with_its_half_copy(path):
     """A checkpoint loaded into a compact memory rebuilds the half copy its reads scan."""
-    X = clustered(300, seed=3)
+    X = clustered(300, 16, rng=3, noise=0.15, centre_seed=99)
     expected = Memory(16, activation="compact", tau_split=0.6)
     expected.write(X)
     with hopmem.open(path, dim=16, activation="compact", tau_split=0.6) as db:
@@ -85,7 +80,7 @@ def test_a_compact_collection_reopens_with_its_half_copy(path):
         assert state.addresses16 is not None
         np.testing.assert_array_equal(state.addresses16[:state.size],
                                       state.addresses[:state.size].astype(np.float16))
-        q = clustered(8, seed=4)
+        q = clustered(8, 16, rng=4, noise=0.15, centre_seed=99)
         for strategy in ("iterative", "fast"):
             np.testing.assert_array_equal(coll.read(q, strategy=strategy),
                                           expected.read(q, strategy=strategy))
@@ -95,7 +90,7 @@ def test_reopen_without_any_checkpoint_replays_everything(path):
     with hopmem.open(path, dim=16, checkpoint_every=10**9) as db:
         coll = db.collection("c")
         for s in range(4):
-            coll.write(clustered(10, seed=s))
+            coll.write(clustered(10, 16, rng=s, noise=0.15, centre_seed=99))
         state = coll.snapshot()
         coll._maybe_checkpoint = lambda **kw: None  # no checkpoint on close either
     with hopmem.open(path) as db:
@@ -189,7 +184,7 @@ def test_write_results_and_single_vector_metadata(path):
 
 
 def test_memory_api_is_delegated(path):
-    X = clustered(40, d=8)
+    X = clustered(40, 8, rng=0, noise=0.15, centre_seed=99)
     mem = Memory(8)
     mem.write(X)
     with hopmem.open(path, dim=8) as db:
@@ -283,7 +278,7 @@ def test_checkpoint_policy_by_cost_keeps_state_exact(path):
     with hopmem.open(path, dim=16, replay_budget=0.0) as db:
         coll = db.collection("c")
         for s in range(5):
-            coll.write(clustered(20, seed=s))
+            coll.write(clustered(20, 16, rng=s, noise=0.15, centre_seed=99))
         state = coll.snapshot()
         seq = db._file.reader().execute("SELECT seq FROM checkpoints").fetchone()[0]
         assert seq >= 1

@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hopmem
+from conftest import clustered
 from hopmem import InvalidInput, NotFound
 from hopmem.resolution import PostingIndex, VectorIndex
 
@@ -15,12 +16,6 @@ from hopmem.resolution import PostingIndex, VectorIndex
 def unit(v):
     v = np.asarray(v, np.float64)
     return v / np.linalg.norm(v)
-
-
-def clustered(n, d=16, seed=0, centres=6, noise=0.15):
-    rng = np.random.default_rng(seed)
-    C = np.random.default_rng(99).standard_normal((centres, d)).astype(np.float32)
-    return (C[rng.integers(0, centres, n)] + noise * rng.standard_normal((n, d))).astype(np.float32)
 
 
 @pytest.fixture
@@ -31,7 +26,7 @@ def db(tmp_path):
 
 def test_get_list_and_exact_vectors(db):
     coll = db.collection("c")
-    X = clustered(30)
+    X = clustered(30, 16, rng=0, noise=0.15, centre_seed=99)
     ids = coll.write(X, metadata=[{"i": i} for i in range(30)]).ids
     assert ids == list(range(1, 31))
     doc = coll.documents.get(7)
@@ -60,7 +55,7 @@ def test_get_list_and_exact_vectors(db):
 @pytest.mark.parametrize("mode", ["indexed", "exact"])
 def test_query_finds_each_document_by_its_own_vector(db, mode):
     coll = db.collection("c")
-    X = clustered(60, seed=3)
+    X = clustered(60, 16, rng=3, noise=0.15, centre_seed=99)
     coll.write(X, metadata=list(range(60)))
     for i in (0, 17, 59):
         hits = coll.resolve(X[i], limit=3, mode=mode)
@@ -73,9 +68,9 @@ def test_query_finds_each_document_by_its_own_vector(db, mode):
 
 def test_exact_similarities_are_cosines(db):
     coll = db.collection("c")
-    X = clustered(25, seed=4)
+    X = clustered(25, 16, rng=4, noise=0.15, centre_seed=99)
     coll.write(X, metadata=[None] * 25)
-    q = clustered(1, seed=8)[0]
+    q = clustered(1, 16, rng=8, noise=0.15, centre_seed=99)[0]
     hits = coll.resolve(q, limit=25, mode="exact")
     cos = np.array([unit(x) @ unit(q) for x in X])
     order = np.argsort(-cos, kind="stable")
@@ -85,7 +80,7 @@ def test_exact_similarities_are_cosines(db):
 
 def test_indexed_results_are_a_subset_of_exact(db):
     coll = db.collection("c", k=3)
-    X = clustered(80, seed=5, centres=10)
+    X = clustered(80, 16, rng=5, centres=10, noise=0.15, centre_seed=99)
     coll.write(X, metadata=list(range(80)))
     q = X[10] + 0.05
     exact = {h.id: h.similarity for h in coll.resolve(q, limit=80, mode="exact")}
@@ -97,7 +92,7 @@ def test_indexed_results_are_a_subset_of_exact(db):
 
 def test_delete_removes_from_get_list_and_both_query_modes(db, tmp_path):
     coll = db.collection("c")
-    X = clustered(20, seed=6)
+    X = clustered(20, 16, rng=6, noise=0.15, centre_seed=99)
     coll.write(X, metadata=[f"d{i}" for i in range(20)])
     coll.resolve(X[0], limit=1, mode="indexed")  # load the in-memory indexes before deleting
     state = coll.snapshot()
@@ -126,7 +121,7 @@ def test_delete_removes_from_get_list_and_both_query_modes(db, tmp_path):
 
 def test_delete_before_the_indexes_are_loaded(db):
     coll = db.collection("c")
-    X = clustered(10, seed=7)
+    X = clustered(10, 16, rng=7, noise=0.15, centre_seed=99)
     coll.write(X, metadata=list(range(10)))
     assert coll.documents.delete(3)
     for mode in ("indexed", "exact"):
@@ -136,7 +131,7 @@ def test_delete_before_the_indexes_are_loaded(db):
 def test_document_on_a_freshly_spawned_location_is_found_indexed(tmp_path):
     with hopmem.open(str(tmp_path / "s.hopmem"), dim=64) as db:
         coll = db.collection("c", tau_split=0.3)
-        coll.write(clustered(40, d=64, seed=8, centres=3))
+        coll.write(clustered(40, 64, rng=8, centres=3, noise=0.15, centre_seed=99))
         # Orthogonal to every address: the write cannot absorb, so it spawns.
         A = coll.addresses.astype(np.float64)
         v = np.random.default_rng(1).standard_normal(64)
@@ -155,7 +150,7 @@ def test_document_on_a_freshly_spawned_location_is_found_indexed(tmp_path):
 
 def test_postings_follow_merges_in_writes_and_compress(tmp_path):
     path = str(tmp_path / "m.hopmem")
-    X = clustered(120, seed=9, centres=20, noise=0.3)
+    X = clustered(120, 16, rng=9, centres=20, noise=0.3, centre_seed=99)
     with hopmem.open(path, dim=16, max_locations=8, k=4) as db:
         coll = db.collection("c")
         merges = 0
@@ -178,7 +173,7 @@ def test_postings_follow_merges_in_writes_and_compress(tmp_path):
 
 def test_resolve_a_reconstruction(db):
     coll = db.collection("c", beta=20.0)
-    X = clustered(50, seed=10, centres=5, noise=0.05)
+    X = clustered(50, 16, rng=10, centres=5, noise=0.05, centre_seed=99)
     coll.write(X, metadata=[{"i": i} for i in range(50)])
     recon = coll.read(X[3] + 0.1)
     hits = coll.resolve(recon, limit=5)
@@ -203,9 +198,8 @@ def test_query_validation_and_empty_cases(db):
         coll.resolve(np.ones(5), mode="indexed")
 
 
-def test_vector_index_compacts_and_keeps_order():
+def test_vector_index_compacts_and_keeps_order(rng):
     index = VectorIndex(4, capacity=16)
-    rng = np.random.default_rng(0)
     V = rng.standard_normal((3000, 4)).astype(np.float32)
     index.add(np.arange(1, 3001), V)
     for doc in range(1, 2500):
@@ -245,7 +239,8 @@ def test_the_half_copy_is_built_by_the_first_exact_search_and_kept_in_step():
         np.testing.assert_array_equal(fresh.search(q, 7)[0], index.search(q, 7)[0])
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Generating up to 20 documents' location lists is slow (too_slow), and so is each example.
+@settings(max_examples=40, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.integers(1, 30), st.lists(st.integers(1, 12), min_size=1, max_size=4)),
                 min_size=1, max_size=20),
        st.lists(st.tuples(st.integers(1, 12), st.integers(1, 12)), max_size=8))

@@ -56,6 +56,7 @@ def expected_documents(writer, count: int) -> list:
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+@pytest.mark.subprocess
 def test_sigkill_at_random_moments_loses_no_acknowledged_write(tmp_path):
     writer = _load_writer()
     path = str(tmp_path / "crash.hopmem")
@@ -202,6 +203,7 @@ def test_engine_failure_midway_restores_from_disk(tmp_path, monkeypatch):
         assert coll.seq == 1
 
 
+@pytest.mark.subprocess
 def test_acknowledged_writes_survive_without_close(tmp_path):
     """A process that exits without closing (no final checkpoint) loses nothing."""
     path = str(tmp_path / "db.hopmem")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import hopmem
@@ -192,7 +192,6 @@ def test_flipped_bits_in_journal_vectors_fail_the_crc(tmp_path):
     assert_open_fails(path, "journal entry 1 fails its CRC check")
 
 
-@settings(max_examples=60, deadline=None)
 @given(st.lists(st.binary(max_size=5000), min_size=1, max_size=4), st.integers(0, 2**32 - 1))
 def test_the_store_crc_is_zlibs(parts, start):
     # Files written with zlib's CRC-32 (and by builds without ISA-L) must keep
@@ -206,6 +205,7 @@ def test_the_store_crc_is_zlibs(parts, start):
     assert journal.crc32(journal.vectors_blob(X)) == zlib.crc32(X.astype("<f4").tobytes())
 
 
+@pytest.mark.subprocess
 def test_files_move_between_builds_with_and_without_isal(tmp_path):
     # A file written with ISA-L's CRC verifies where isal is missing, and the
     # other way round: a process with the import blocked reopens (checkpoint and
@@ -330,6 +330,7 @@ def test_second_writable_open_in_process_is_locked(tmp_path):
     hopmem.open(path).close()  # released on close
 
 
+@pytest.mark.subprocess
 def test_second_process_gets_a_clear_error_and_can_read(tmp_path):
     path = str(tmp_path / "a.hopmem")
     code = (

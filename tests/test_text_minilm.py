@@ -32,6 +32,8 @@ from hopmem import gates
 from hopmem.recall import FUSIONS, TEXT_COLLECTION_CONFIG, fuse, question_statistics
 from hopmem.text import PreparedVectors, TextCollection, _CollectionSource
 
+pytestmark = pytest.mark.model
+
 DATA = json.loads(resources.files("hopmem").joinpath("data/conversation.json").read_text())
 STATEMENTS = [s["text"] for s in DATA["statements"]]
 SIDS = [s["id"] for s in DATA["statements"]]

@@ -24,6 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hopmem
+from conftest import clustered
 from hopmem import InvalidInput, Memory, _kernel
 from hopmem.threads import default_threads
 
@@ -41,12 +42,6 @@ def threads(n: int, split_everything: bool = True):
     finally:
         _kernel.set_split()
         hopmem.set_threads(before)
-
-
-def clustered(seed: int, n: int, dim: int, centres: int = 6, spread: float = 0.4) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    c = rng.standard_normal((centres, dim))
-    return (c[rng.integers(0, centres, n)] + spread * rng.standard_normal((n, dim))).astype(np.float32)
 
 
 def write_all(X: np.ndarray, batch: int, **cfg) -> tuple[Memory, list]:
@@ -69,12 +64,12 @@ CONFIGS = [
 ]
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)  # expensive: up to 400 writes, threaded and not, per example
 @given(seed=st.integers(0, 2**31 - 1), dim=st.sampled_from([3, 16, 17, 40]),
        n=st.integers(150, 400), batch=st.sampled_from([9, 17, 64, 100]),
        helpers=st.integers(2, 4), config=st.sampled_from(CONFIGS))
 def test_threaded_batch_writes_are_bit_equal_to_one_thread(seed, dim, n, batch, helpers, config):
-    X = clustered(seed, n, dim, spread=0.6 if seed % 2 else 0.2)
+    X = clustered(n, dim, rng=seed, noise=0.6 if seed % 2 else 0.2)
     with threads(1, split_everything=False):
         alone, log_alone = write_all(X, batch, seed=seed, **config)
     with threads(helpers):
@@ -86,7 +81,7 @@ def test_threaded_batch_writes_are_bit_equal_to_one_thread(seed, dim, n, batch, 
 @pytest.mark.parametrize("config", CONFIGS[:3], ids=["default", "k2", "merging"])
 def test_threaded_writes_match_the_reference(config):
     # The oracle: the NumPy reference, fed the same vectors one at a time.
-    X = clustered(3, 300, 17)
+    X = clustered(300, 17, rng=3, noise=0.4)
     with threads(3):
         native, _ = write_all(X, 100, seed=5, **config)
     reference = Memory(17, backend="reference", seed=5, **config)
@@ -99,10 +94,10 @@ def test_threaded_writes_match_the_reference(config):
 
 @pytest.mark.parametrize("activation", ["exact", "compact"])
 def test_threaded_reads_are_bit_equal(activation):
-    X = clustered(11, 1200, 40, centres=30)
+    X = clustered(1200, 40, rng=11, centres=30, noise=0.4)
     mem = Memory(40, activation=activation, mode="plain", seed=2)
     mem.write(X)
-    Q = clustered(12, 24, 40, centres=30)
+    Q = clustered(24, 40, rng=12, centres=30, noise=0.4)
     with threads(1, split_everything=False):
         alone = [mem.analyze(q, s) for q in Q for s in ("fast", "iterative")]
         batch_alone = mem.read(Q, "iterative")
@@ -117,7 +112,7 @@ def test_threaded_reads_are_bit_equal(activation):
 
 def test_default_scans_share_large_memories_only():
     # With the real thresholds a 10,000-location scan is shared; results still equal.
-    X = clustered(4, 10_000, 64, centres=200, spread=0.3)
+    X = clustered(10_000, 64, rng=4, centres=200, noise=0.3)
     mem = Memory(64, mode="plain", seed=1)
     mem.write(X)
     q = X[17] + 0.01
@@ -132,10 +127,10 @@ def test_default_scans_share_large_memories_only():
 def test_concurrent_writers_and_readers_share_one_pool():
     # Only one scan uses the helpers at a time; the others run alone. Four
     # threads write to their own memories and read a shared one, all at once.
-    Xs = [clustered(20 + i, 500, 24) for i in range(4)]
+    Xs = [clustered(500, 24, rng=20 + i, noise=0.4) for i in range(4)]
     shared_mem = Memory(24, seed=1)
-    shared_mem.write(clustered(30, 600, 24))
-    Q = clustered(31, 40, 24)
+    shared_mem.write(clustered(600, 24, rng=30, noise=0.4))
+    Q = clustered(40, 24, rng=31, noise=0.4)
     with threads(1, split_everything=False):
         expected = [write_all(X, 50, seed=i)[0].snapshot() for i, X in enumerate(Xs)]
         expected_reads = [shared_mem.read(q, "iterative") for q in Q]
@@ -166,10 +161,11 @@ def _child_writes(X: np.ndarray, queue) -> None:
     queue.put(mem.snapshot())
 
 
+@pytest.mark.subprocess
 def test_a_forked_child_starts_its_own_helpers():
     # The parent's helpers do not exist in a fork()ed child: it must not wait
     # for them (a hang), and its writes must be the same bits.
-    X = clustered(40, 400, 32)
+    X = clustered(400, 32, rng=40, noise=0.4)
     with threads(2):
         parent = write_all(X, 100, seed=3)[0].snapshot()  # helpers are running now
         ctx = multiprocessing.get_context("fork")
@@ -202,6 +198,7 @@ def _import_with(env_value: str) -> subprocess.CompletedProcess:
                           env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.subprocess
 def test_the_environment_sets_the_default():
     done = _import_with("3")
     assert done.returncode == 0, done.stderr
@@ -239,6 +236,7 @@ def run_under_threadsanitizer(tmp_path, program: str, kernel_sources: list[str],
     return run
 
 
+@pytest.mark.subprocess
 def test_the_pool_is_race_free_under_threadsanitizer(tmp_path):
     # The pool's protocol (one atomic job word, a count of helpers inside,
     # spinning holds, sleeping helpers) stressed from three caller threads
@@ -250,6 +248,7 @@ def test_the_pool_is_race_free_under_threadsanitizer(tmp_path):
     assert "failures 0" in run.stdout
 
 
+@pytest.mark.subprocess
 def test_scoring_ahead_races_only_where_designed(tmp_path):
     # A batch write's helper reads address rows that the writes may be moving
     # (those rows are scored again before use). Under ThreadSanitizer every

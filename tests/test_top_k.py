@@ -9,7 +9,7 @@ value descending, then row ascending, exactly.
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from hopmem import _kernel
@@ -20,7 +20,6 @@ def numpy_top_k(scores: np.ndarray, k: int) -> np.ndarray:
     return np.lexsort((np.arange(scores.size), -scores.astype(np.float64)))[:k]
 
 
-@settings(max_examples=150, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1),
        n=st.one_of(st.integers(1, 40), st.integers(240, 300), st.integers(900, 2100)),
        dim=st.sampled_from([1, 3, 16, 33]),
@@ -46,8 +45,7 @@ def test_top_k_equals_the_numpy_ranking_of_the_same_scores(seed, n, dim, k, leve
     np.testing.assert_array_equal(top[0], scores[expect])
 
 
-def test_nan_scores_do_not_break_the_selection():
-    rng = np.random.default_rng(0)
+def test_nan_scores_do_not_break_the_selection(rng):
     M = rng.standard_normal((1000, 8)).astype(np.float32)
     M[[3, 500]] = np.nan
     rows, top = top_k_dot(M, M[7], 10)

@@ -1,0 +1,143 @@
+"""What every test shares: markers, Hypothesis profiles, the seed fixtures and the clustered data.
+
+Markers (registered in pyproject.toml; ``--strict-markers`` rejects any other name)
+-------------------------------------------------------------------------------------
+
+``slow``
+    Tens of seconds or more. Skipped unless ``CI=true`` or ``HOPMEM_SLOW_TESTS=1``
+    (the hook below); CI runs them.
+``model``
+    Loads a real text model (all-MiniLM-L6-v2 through sentence-transformers).
+    Such a test skips itself where the model is not installed.
+``subprocess``
+    Starts processes: Python children (crash tests, the live server, the CLI),
+    a C compiler and its program (the ThreadSanitizer tests).
+``notebook``
+    Executes a notebook under notebooks/ headless with nbclient (which also
+    starts a kernel process).
+
+Select with ``-m``, for example::
+
+    pytest -m "not slow"                      # what a default local run does anyway
+    pytest -m "not model and not notebook"    # no model download or load, no notebooks
+    HOPMEM_SLOW_TESTS=1 pytest -m slow        # only the slow ones, run
+
+Hypothesis profiles
+-------------------
+
+``dev`` (the default) runs fewer examples for a quick local loop; ``ci`` (chosen
+when ``CI`` is true) runs more, derandomized, so a CI run is reproducible, and
+prints the blob that replays a failure. ``HYPOTHESIS_PROFILE=ci`` (or ``dev``)
+chooses one explicitly. Both disable the deadline: timings on shared machines
+are noise. A test keeps its own ``@settings`` only for a reason written next to
+it (an expensive example, a health check that does not apply).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from hypothesis import settings
+
+SLOW_ENV = "HOPMEM_SLOW_TESTS"
+
+
+def _env_flag(name: str) -> bool:
+    """An environment variable set to anything but "", "0", "false" or "no"."""
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def in_ci() -> bool:
+    """True under CI (CI=true, as CI services set it)."""
+    return _env_flag("CI")
+
+
+def slow_tests_enabled() -> bool:
+    return in_ci() or _env_flag(SLOW_ENV)
+
+
+# -- Hypothesis -------------------------------------------------------------------------------
+
+# Tests without their own max_examples cost a few ms an example: at 150 they take about what
+# their hand-picked counts (50 to 300) took, so CI time stays put; dev spends a third of it.
+settings.register_profile("dev", max_examples=50, deadline=None)
+settings.register_profile("ci", max_examples=150, deadline=None, derandomize=True, print_blob=True)
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if in_ci() else "dev")
+settings.load_profile(PROFILE)
+
+
+# -- markers ----------------------------------------------------------------------------------
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if slow_tests_enabled():
+        return
+    skip = pytest.mark.skip(reason=f"slow: runs in CI (CI=true) or with {SLOW_ENV}=1")
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            item.add_marker(skip)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    slow = "run" if slow_tests_enabled() else f"skipped (set CI=true or {SLOW_ENV}=1)"
+    return f"hypothesis profile: {PROFILE}; slow tests: {slow}"
+
+
+# -- seeds ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def seed() -> int:
+    """The seed a test draws its data from; parametrize ``seed`` to run a test on several."""
+    return 0
+
+
+@pytest.fixture
+def rng(seed: int) -> np.random.Generator:
+    """A generator seeded with ``seed``: the same data on every run."""
+    return np.random.default_rng(seed)
+
+
+# -- data -------------------------------------------------------------------------------------
+
+
+def clustered(n: int, dim: int, *, rng: np.random.Generator | int = 0, centres: int = 6,
+              noise: float = 0.3, centre_seed: int | None = None, duplicates: int = 0,
+              unit: bool = False) -> np.ndarray:
+    """``n`` float32 rows of ``dim`` components, in ``centres`` clusters.
+
+    Each row is one of ``centres`` standard-normal centres (chosen uniformly)
+    plus ``noise`` times standard-normal noise. The draws come in one fixed
+    order (centres, assignments, noise, duplicates), so the same arguments give
+    the same array.
+
+    Parameters
+    ----------
+    rng
+        A generator to draw from (successive calls then give fresh data) or a
+        seed for a new one.
+    centres, noise
+        How many clusters, and the noise's scale relative to the centres' (1).
+    centre_seed
+        Draw the centres (as float32) from a generator of their own with this
+        seed instead of from ``rng``: calls with different ``rng`` then sample
+        the same clusters, for example one batch after another of a stream.
+    duplicates
+        Overwrite that many rows, chosen at random, with row 0: exact ties in
+        every score.
+    unit
+        Scale every row to unit length.
+    """
+    rng = np.random.default_rng(rng)
+    if centre_seed is None:
+        points = rng.standard_normal((centres, dim))
+    else:
+        points = np.random.default_rng(centre_seed).standard_normal((centres, dim)).astype(np.float32)
+    X = points[rng.integers(0, centres, n)] + noise * rng.standard_normal((n, dim))
+    if duplicates:
+        X[rng.integers(0, n, duplicates)] = X[0]
+    if unit:
+        X /= np.linalg.norm(X, axis=1, keepdims=True)
+    return X.astype(np.float32)
