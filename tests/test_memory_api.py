@@ -203,7 +203,7 @@ def test_stats(backend):
 
 def test_stats_write_count_names_are_deprecated():
     mem = Memory(3)
-    mem.write(clustered(6, 12, 3))
+    mem.write(clustered(12, 3, rng=6, centres=3))
     s = mem.stats()
     with pytest.warns(DeprecationWarning, match=r"Stats\.avg_write_count.*avg_write_weight"):
         assert s.avg_write_count == s.avg_write_weight

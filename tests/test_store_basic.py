@@ -294,7 +294,8 @@ class _Encoder:
     def __init__(self, new_protocol: bool = True) -> None:
         if new_protocol:
             self.dim = 8
-        self.dimension = 8  # what hopmem.text reads until it takes ``dim``
+        else:
+            self.dimension = 8  # the 0.1 protocol's name
 
     def encode(self, texts):
         return np.ones((len(texts), 8), np.float32)

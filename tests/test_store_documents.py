@@ -319,7 +319,7 @@ def test_posting_index_reads_and_adds_from_threads():
 
 def test_documents_query_is_a_deprecated_alias_of_resolve(db):
     coll = db.collection("c")
-    X = clustered(20)
+    X = clustered(20, 16, rng=0, noise=0.15, centre_seed=99)
     coll.write(X, metadata=list(range(20)))
     with pytest.warns(DeprecationWarning, match=r"documents\.query is deprecated.*Collection\.resolve"):
         hits = coll.documents.query(X[3], 2)
@@ -330,7 +330,7 @@ def test_documents_query_is_a_deprecated_alias_of_resolve(db):
 
 def test_documents_query_n_is_a_deprecated_name_of_limit(db):
     coll = db.collection("c")
-    X = clustered(20)
+    X = clustered(20, 16, rng=0, noise=0.15, centre_seed=99)
     coll.write(X, metadata=list(range(20)))
     with pytest.warns(DeprecationWarning, match=r"use Collection\.resolve \(limit= instead of n=\)"):
         assert len(coll.documents.query(X[0], n=3)) == 3
@@ -340,7 +340,7 @@ def test_documents_query_n_is_a_deprecated_name_of_limit(db):
 
 def test_resolve_n_is_a_deprecated_name_of_limit(db):
     coll = db.collection("c")
-    X = clustered(20)
+    X = clustered(20, 16, rng=0, noise=0.15, centre_seed=99)
     coll.write(X, metadata=list(range(20)))
     with pytest.warns(DeprecationWarning, match=r"Collection\.resolve\(n=\.\.\.\) is deprecated.*limit="):
         assert coll.resolve(X[0], n=3) == coll.resolve(X[0], limit=3)

@@ -60,7 +60,6 @@ class CachedEncoder:
         self.inner = encoder
         self.name = encoder.name
         self.dim = encoder.dim
-        self.dimension = encoder.dim  # the 0.1 protocol's name, for readers of either
         self.fingerprint = encoder.fingerprint
         self.cache: dict[str, np.ndarray] = {}
 

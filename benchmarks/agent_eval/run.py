@@ -76,6 +76,8 @@ from typing import Any
 
 import numpy as np
 
+from hopmem.encoders import encoder_dim
+
 from benchmarks.agent_eval.scoring import CATEGORIES, RETRIEVERS, bootstrap_f1, bootstrap_gap, mean_tables, score
 
 #: Where the conversations and their labels are.
@@ -97,8 +99,7 @@ class CachedEncoder:
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.name = inner.name
-        self.dim = int(getattr(inner, "dim", None) or inner.dimension)
-        self.dimension = self.dim  # for code that still reads an encoder's dimension
+        self.dim = encoder_dim(inner)
         self._cache: dict[str, np.ndarray] = {}
         self.calls = 0
         self.seconds = 0.0

@@ -59,7 +59,7 @@ class CachedEncoder:
             fingerprint = str(self._inner.fingerprint)
             if self._meta and self._meta.get("fingerprint") != fingerprint:  # another model: start afresh
                 self._vectors, self.seconds = {}, {}
-            self._meta = {"name": str(self._inner.name), "dimension": int(self._inner.dimension),
+            self._meta = {"name": str(self._inner.name), "dim": int(self._inner.dim),
                           "fingerprint": fingerprint}
         return self._inner
 
@@ -68,12 +68,10 @@ class CachedEncoder:
         return self._meta["name"] if self._meta else self.inner.name
 
     @property
-    def dimension(self) -> int:
-        return int(self._meta["dimension"]) if self._meta else int(self.inner.dimension)
-
-    @property
     def dim(self) -> int:
-        return self.dimension
+        if self._meta:
+            return int(self._meta.get("dim", self._meta.get("dimension")))
+        return int(self.inner.dim)
 
     @property
     def fingerprint(self) -> str:
@@ -95,7 +93,7 @@ class CachedEncoder:
             self.misses += len(missing)
             self._dirty = True
         if not texts:
-            return np.zeros((0, self.dimension), np.float32)
+            return np.zeros((0, self.dim), np.float32)
         return np.stack([self._vectors[k] for k in keys]).astype(np.float32)
 
     def encode_seconds(self, text: str) -> float | None:
