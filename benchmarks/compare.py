@@ -40,9 +40,10 @@ import platform
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
@@ -165,7 +166,7 @@ def build(d: int, mode: str, locations: int, n_probes: int) -> Setup:
     singles = {"write": inputs[:, None, :], "read_iterative": probes[:, None, :],
                "read_fast": probes[:, None, :]}
     for op, rows in singles.items():
-        add(op, "scan", lambda r, x=rows, n=len(rows): top_k_dot(A, x[r % n], k))
+        add(op, "scan", lambda r, x=rows, n=len(rows): top_k_dot(A, x[r % n], k))  # noqa: B008 - bind now
     add("read_batch64", "scan", lambda r: top_k_dot(A, batches[r % n_b], k), per_call=BATCH)
     add("write", "floor", lambda r: A @ inputs[r % n_i])
     add("read_iterative", "floor", lambda r: A @ probes[r % n_p])
@@ -368,7 +369,7 @@ def _cell(case: Case | None) -> str:
 def report(setups: list[Setup], rows: list[dict[str, Any]], *, preset: str, reps: int,
            load_before: tuple, load_after: tuple, elapsed: float, original_threads: dict) -> str:
     out = ["# hopmem engine: native vs reference vs one-pass floor", ""]
-    now = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     out += [f"{now}; preset `{preset}`: {reps} timed repetitions per contender and operation,"
             f" round-robin within one pass per operation; {elapsed:.0f} s in all.", ""]
     out += ["## Machine", ""] + machine_info(original_threads)

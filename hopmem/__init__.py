@@ -14,6 +14,7 @@ from __future__ import annotations
 
 __version__ = "0.2.0"  # first: the store records it in the files it creates
 
+from ._deprecation import module_aliases as _module_aliases
 from ._state import Snapshot
 from .centering import Centerer
 from .config import MemoryConfig
@@ -30,13 +31,12 @@ from .errors import (
     StoreError,
     StoreLocked,
 )
+from .functional import hopfield  # the modern Hopfield update on your own arrays
 from .memory import AttentionResult, CompressResult, Memory, ScoredRead, Stats, Trace, WriteResult
-from ._deprecation import module_aliases as _module_aliases
 from .recall import RecallGate, RecallHit, RecallResult
 from .store import Collection, Database, DataDir, Document, DocumentHit, open
 from .text import TextCollection
 from .threads import get_threads, set_threads
-from .functional import hopfield  # the modern Hopfield update on your own arrays
 
 __all__ = [
     "Memory", "MemoryConfig", "hopfield", "Snapshot", "WriteResult", "Trace", "ScoredRead", "AttentionResult",

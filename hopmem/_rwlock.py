@@ -8,7 +8,7 @@ import threading
 class _ReadSide:
     __slots__ = ("_owner",)
 
-    def __init__(self, owner: "RWLock") -> None:
+    def __init__(self, owner: RWLock) -> None:
         self._owner = owner
 
     def __enter__(self) -> None:
@@ -21,7 +21,7 @@ class _ReadSide:
 class _WriteSide:
     __slots__ = ("_owner",)
 
-    def __init__(self, owner: "RWLock") -> None:
+    def __init__(self, owner: RWLock) -> None:
         self._owner = owner
 
     def __enter__(self) -> None:

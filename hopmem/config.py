@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from ._deprecation import module_aliases
 from .errors import InvalidConfig
@@ -126,7 +127,7 @@ class MemoryConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "MemoryConfig":
+    def from_dict(cls, data: Mapping[str, Any]) -> MemoryConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -135,7 +136,7 @@ class MemoryConfig:
             raise InvalidConfig("config field 'dim': expected an integer >= 1, got nothing")
         return cls(**dict(data))
 
-    def differences(self, other: "MemoryConfig") -> list[str]:
+    def differences(self, other: MemoryConfig) -> list[str]:
         """Names of the fields whose values differ (for clear mismatch errors)."""
         return [f.name for f in dataclasses.fields(self)
                 if getattr(self, f.name) != getattr(other, f.name)]

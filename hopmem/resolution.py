@@ -22,7 +22,8 @@ kernel breaks ties by the lower row).
 from __future__ import annotations
 
 from array import array
-from typing import Any, Callable, Literal, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
 import numpy as np
 
@@ -104,7 +105,7 @@ class VectorIndex:
         return self._size - self._dead
 
     @classmethod
-    def adopt(cls, ids: np.ndarray, vectors: np.ndarray) -> "VectorIndex":
+    def adopt(cls, ids: np.ndarray, vectors: np.ndarray) -> VectorIndex:
         """An index over ``vectors`` (float32 ``(n, d)``, normalised in place and kept,
         not copied) with ascending ``ids``."""
         ids = np.asarray(ids, np.int64).reshape(-1)
@@ -283,7 +284,7 @@ class PostingIndex:
 
     @classmethod
     def build(cls, doc_ids: np.ndarray, lengths: np.ndarray, locations: np.ndarray,
-              merges: np.ndarray) -> "PostingIndex":
+              merges: np.ndarray) -> PostingIndex:
         """From documents (``doc_ids``, with ``lengths[i]`` of the flat ``locations``
         each) and the merges ``(m, 2)`` in the order they happened."""
         index = cls()

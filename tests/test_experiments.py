@@ -13,9 +13,7 @@ import numpy as np
 import pytest
 
 from benchmarks.experiments import _common as C
-from benchmarks.experiments import (abstention, basins, capacity, interference, quantization,
-                                    reconstruction)
-
+from benchmarks.experiments import abstention, basins, capacity, interference, quantization, reconstruction
 
 # -- helpers ----------------------------------------------------------------------------
 

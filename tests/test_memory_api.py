@@ -10,8 +10,17 @@ import pytest
 
 import hopmem
 from conftest import clustered
-from hopmem import (DimensionMismatch, EmptyMemory, HopmemError, InvalidConfig, InvalidInput,
-                    Memory, MemoryConfig, Snapshot, Trace)
+from hopmem import (
+    DimensionMismatch,
+    EmptyMemory,
+    HopmemError,
+    InvalidConfig,
+    InvalidInput,
+    Memory,
+    MemoryConfig,
+    Snapshot,
+    Trace,
+)
 
 BACKENDS = ["native", "reference"]
 

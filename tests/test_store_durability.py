@@ -18,9 +18,9 @@ import time
 
 import numpy as np
 import pytest
-from crash_support import run_and_kill
 
 import hopmem
+from crash_support import run_and_kill
 from hopmem import Memory, StoreError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -37,8 +37,8 @@ def damage(path, *statements):
     """Change the file behind the store's back, as damage or a foreign writer would:
     each statement is SQL, or ``(sql, parameters)``."""
     conn = sqlite3.connect(path)
-    for st in statements:
-        conn.execute(*((st,) if isinstance(st, str) else st))
+    for statement in statements:
+        conn.execute(*((statement,) if isinstance(statement, str) else statement))
     conn.commit()
     conn.close()
 

@@ -304,7 +304,7 @@ def main(argv: list[str]) -> None:  # pragma: no cover - a report, run by hand
     print(f"mean pairwise cosine of the statements, uncentred: {pairs.mean():.3f}")
     print("\n## Mean learned from m statements: question-NN top-1 (mean, min) / AUC (mean, min)\n")
     for row in centering_sample_table(encoder):
-        print("| %d | %.3f | %.3f | %.3f | %.3f |" % row)
+        print("| {} | {:.3f} | {:.3f} | {:.3f} | {:.3f} |".format(*row))
     with tempfile.TemporaryDirectory() as tmp, \
             hopmem.open(Path(tmp) / "m.hopmem", encoder=encoder, **TEXT_COLLECTION_CONFIG) as db:
         print("## Ranking: top-1 accuracy / recall@5 over 96 paraphrased questions\n")

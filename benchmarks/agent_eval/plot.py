@@ -23,8 +23,15 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.agent_eval.scoring import (CATEGORIES, RETRIEVERS, bootstrap_f1, bootstrap_mean, category_recall,
-                                           mean_tables, score)
+from benchmarks.agent_eval.scoring import (
+    CATEGORIES,
+    RETRIEVERS,
+    bootstrap_f1,
+    bootstrap_mean,
+    category_recall,
+    mean_tables,
+    score,
+)
 
 COLOURS = {"hybrid": "#1f5fa8", "associative": "#6aa84f", "keyword": "#e69138", "cosine": "#8e8e8e"}
 GROUPS = tuple(c for c in CATEGORIES if c != "abstention") + ("overall",)

@@ -76,9 +76,8 @@ from typing import Any
 
 import numpy as np
 
-from hopmem.encoders import encoder_dim
-
 from benchmarks.agent_eval.scoring import CATEGORIES, RETRIEVERS, bootstrap_f1, bootstrap_gap, mean_tables, score
+from hopmem.encoders import encoder_dim
 
 #: Where the conversations and their labels are.
 DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "agent_eval"
@@ -368,8 +367,8 @@ def _recall_rows(table: dict, at1: str, at5: str) -> list[str]:
 def markdown(table: dict[str, Any], lat: dict[str, Any] | None, enc_lat: dict[str, float] | None,
              meta: dict[str, Any]) -> str:
     splits = meta.get("splits", 1)
-    lines = [f"Data: {meta['data']}; encoder: {meta['encoder']}; gates: 2-fold cross-validated calibration (error budget "
-             f"{meta['error_budget']}"
+    lines = [f"Data: {meta['data']}; encoder: {meta['encoder']}; gates: 2-fold cross-validated calibration "
+             f"(error budget {meta['error_budget']}"
              + (f"; means over {splits} fold splits" if splits > 1 else "")
              + "); limit 5. R@k counts an abstention on an answerable question as a miss.", ""]
     header = "| category | n | " + " | ".join(f"{r} R@1 | {r} R@5" for r in RETRIEVERS) + " |"
@@ -379,7 +378,8 @@ def markdown(table: dict[str, Any], lat: dict[str, Any] | None, enc_lat: dict[st
     lines += ["", "Ranking alone (the gate ignored: every candidate admitted; the cosine baseline is unchanged):", "",
               header, "|" + "---|" * (2 + 2 * len(RETRIEVERS))]
     lines += _recall_rows(table, "k1", "k5")
-    lines += ["", f"| abstention | precision | recall | F1 | abstained (of {meta['questions']}) |", "|---|---|---|---|---|"]
+    lines += ["", f"| abstention | precision | recall | F1 | abstained (of {meta['questions']}) |",
+              "|---|---|---|---|---|"]
     for r in RETRIEVERS:
         a = table[r]["abstention"]
         lines.append(f"| {r} | {100 * a['precision']:.1f} | {100 * a['recall']:.1f} | {100 * a['f1']:.1f} | "
@@ -588,7 +588,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(targets(table, lat, data, [e["results"] for e in evs])))
     which = " (first fold split)" if args.splits > 1 else ""
     which += f" ({names[0]})" if len(names) > 1 else ""
-    print(f"\nGate tau per fold{which}: " + ", ".join(f"{m} {', '.join(f'{t:.3f}' for t in v)}" for m, v in ev["gates"].items()))
+    taus = ", ".join(f"{m} {', '.join(f'{t:.3f}' for t in v)}" for m, v in ev["gates"].items())
+    print(f"\nGate tau per fold{which}: {taus}")
     if args.json:
         Path(args.json).write_text(json.dumps({"table": table, "latency": lat, "encoder_latency": enc_lat,
                                                "meta": meta, "sweep": sweep_table}, indent=2))

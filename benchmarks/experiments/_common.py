@@ -9,8 +9,9 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -176,7 +177,7 @@ def machine() -> str:
     except OSError:
         pass
     try:
-        load = "load average %.2f %.2f %.2f" % os.getloadavg()
+        load = "load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
     except OSError:
         load = "load average n/a"
     return (f"{model}, {os.cpu_count()} logical cores, {load}, "

@@ -27,8 +27,9 @@ import dataclasses
 import itertools
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -136,7 +137,7 @@ def abstention_scores(
     S, R, U, F = V[:ns], V[ns:ns + nr], V[ns + nr:ns + nr + nu], V[ns + nr + nu:]
     answers = np.array([a for _, a in related])
     scores: dict[tuple, dict[str, list[float]]] = {}
-    for fold, (stored, held) in enumerate([_halves(statements), _halves(statements)[::-1]]):
+    for stored, held in [_halves(statements), _halves(statements)[::-1]]:
         seen_q = np.flatnonzero(np.isin(answers, stored))
         held_q = np.flatnonzero(np.isin(answers, held))
         for nf in fillers:

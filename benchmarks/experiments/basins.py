@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -149,7 +150,8 @@ def plot(rows: Sequence[dict[str, Any]], title: str = ""):
     axes[1][0].set_ylabel("mean cos(result, pattern)")
     handles, labels = axes[0][-1].get_legend_handles_labels()
     h2, l2 = axes[1][-1].get_legend_handles_labels()
-    handles.append(h2[-1]); labels.append(l2[-1])
+    handles.append(h2[-1])
+    labels.append(l2[-1])
     fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7)
     fig.suptitle(title or "Basins of attraction", fontsize=10)
     fig.tight_layout()

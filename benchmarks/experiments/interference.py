@@ -25,7 +25,8 @@ to half of its value before them (linear interpolation between checkpoints).
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm

@@ -23,7 +23,8 @@ merging the closest pair).
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm

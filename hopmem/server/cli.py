@@ -14,7 +14,8 @@ import logging
 import os
 import signal
 import sys
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 __all__ = ["add_subcommands", "main", "serve", "run_server"]
 
@@ -229,8 +230,8 @@ def serve(args: argparse.Namespace) -> int:
                  "required" if policy.enabled() else "not required until a key is created")
     logging.getLogger("hopmem.server").info(
         "serving %s on http://%s:%d (auth %s; body <= %d bytes, batch <= %d, timeout %g s)",
-        data_dir, f"[{args.host}]" if ":" in args.host else args.host, args.port, auth_note, limits.max_body_bytes, limits.max_batch,
-        limits.request_timeout)
+        data_dir, f"[{args.host}]" if ":" in args.host else args.host, args.port, auth_note,
+        limits.max_body_bytes, limits.max_batch, limits.request_timeout)
     run_server(app, args.host, args.port, log_level=args.log_level,
                access_log=args.access_log, shutdown_timeout=args.shutdown_timeout)
     return 0
@@ -240,8 +241,8 @@ def serve(args: argparse.Namespace) -> int:
 
 def keys_create(args: argparse.Namespace) -> int:
     from .auth import ALL, KeyStore
-    from .models import check_db_name
     from .errors import HTTPError
+    from .models import check_db_name
 
     scope = ALL if args.all else args.db
     if scope != ALL:

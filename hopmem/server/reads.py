@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from concurrent.futures import Executor, Future
-from typing import Any, Callable
+from typing import Any
 
 __all__ = ["ReadGroups", "ReadTimeout"]
 
@@ -38,7 +39,7 @@ def _run_group(reads: list[_Read]) -> list[tuple[bool, Any]]:
             continue
         try:
             out.append((True, method(query, strategy)))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - one bad query answers its own error, not the batch's
             out.append((False, exc))
     return out
 

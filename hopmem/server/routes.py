@@ -13,7 +13,8 @@ import dataclasses
 import functools
 import logging
 import os
-from typing import Any, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import numpy as np
 import orjson
@@ -236,7 +237,7 @@ class Handlers:
             problem = await state.run(probe)
         except HTTPError:
             raise
-        except Exception as exc:  # storage unusable: that is what readiness reports
+        except Exception as exc:  # noqa: BLE001 - storage unusable: that is what readiness reports
             problem = f"storage unusable: {type(exc).__name__}: {exc}"
         if problem:
             return json_response({"error": problem}, 503)
@@ -259,7 +260,7 @@ class Handlers:
                 result.append(await state.run(_database_info, handle.db))
             except HTTPError:
                 raise
-            except Exception as exc:  # dropped meanwhile, or unreadable: list the others
+            except Exception as exc:  # noqa: BLE001 - dropped meanwhile, or unreadable: list the others
                 logger.warning("listing database %r: %s", name, exc)
         return {"databases": result}
 
@@ -520,7 +521,7 @@ def _wrap(handlers: Handlers, spec: RouteSpec) -> Callable[[Request], Awaitable[
                 return result
             return Response(orjson.dumps(result, option=orjson.OPT_SERIALIZE_NUMPY),
                             media_type=_JSON)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - every error becomes a status; error_response maps it
             return error_response(exc, request.method, request.scope.get("path", ""))
 
     endpoint.__name__ = spec.name

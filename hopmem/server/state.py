@@ -23,8 +23,9 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, AsyncIterator, Callable, TypeVar
+from typing import Any, TypeVar
 
 from hopmem.errors import NotFound
 
@@ -185,7 +186,7 @@ class ServerState:
         logger.info("waiting for %d in-flight write(s) to finish", self._inflight)
         try:
             await asyncio.wait_for(self._idle.wait(), self.shutdown_timeout)
-        except asyncio.TimeoutError:  # pragma: no cover - only with a stuck store
+        except TimeoutError:  # pragma: no cover - only with a stuck store
             logger.error("%d write(s) still running after %.0f s", self._inflight,
                          self.shutdown_timeout)
 

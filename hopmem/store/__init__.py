@@ -60,8 +60,8 @@ from __future__ import annotations
 from ..errors import StoreLocked
 from .collection import Collection, CollectionStats, StoredWriteResult
 from .database import Database, open
-from .dbfile import EncoderInfo
 from .datadir import DataDir
+from .dbfile import EncoderInfo
 from .documents import Document, DocumentHit, Documents
 from .schema import SCHEMA_VERSION
 

@@ -7,7 +7,7 @@ import errno
 import os
 import sqlite3
 import urllib.parse
-from typing import Iterator
+from collections.abc import Iterator
 
 from ..errors import CorruptStore, HopmemError, StoreError, StoreLocked
 

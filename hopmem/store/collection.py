@@ -16,13 +16,15 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterator, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from .._deprecation import positional_to_keywords, rename_keywords
+from .._kernel import posting_lists
+from .._state import Snapshot
 from ..config import MemoryConfig
 from ..errors import InvalidInput, NotFound, StoreError
 from ..memory import (
@@ -36,19 +38,17 @@ from ..memory import (
     WriteResult,
     as_vectors,
 )
+from ..recall import RecallGate, RecallResult
 from ..resolution import (
     PostingIndex,
     ResolveMode,
     VectorIndex,
-    check_mode,
     check_limit,
+    check_mode,
     resolve_exact,
     resolve_indexed,
 )
-from ..recall import RecallGate, RecallResult
 from ..text import TextCollection
-from .._kernel import posting_lists
-from .._state import Snapshot
 from . import journal, portable
 from ._sqlite import map_errors
 from .dbfile import DatabaseFile, EncoderInfo

@@ -73,7 +73,8 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..config import MemoryConfig
 from ..errors import AlreadyExists, CorruptStore, IncompatibleStore, NotFound
@@ -397,7 +398,7 @@ class Database:
             self._collections.clear()
             self._file.close()
 
-    def __enter__(self) -> "Database":
+    def __enter__(self) -> Database:
         return self
 
     def __exit__(self, *exc: Any) -> None:

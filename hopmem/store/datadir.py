@@ -157,7 +157,7 @@ class DataDir:
         for db in dbs:
             db.close()
 
-    def __enter__(self) -> "DataDir":
+    def __enter__(self) -> DataDir:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -20,8 +20,9 @@ import sqlite3
 import threading
 import time
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from .._deprecation import warn_deprecated
 from ..config import MemoryConfig
@@ -68,7 +69,7 @@ class EncoderInfo:
         return self.dim
 
     @classmethod
-    def of(cls, encoder: Any) -> "EncoderInfo":
+    def of(cls, encoder: Any) -> EncoderInfo:
         """Read ``name``, ``dim`` and ``fingerprint`` from any encoder object.
 
         An encoder with ``dimension`` instead of ``dim`` (the old protocol)

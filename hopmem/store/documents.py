@@ -15,8 +15,9 @@ are superpositions, and reads keep reflecting every vector ever written.
 from __future__ import annotations
 
 import builtins
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 

@@ -36,8 +36,9 @@ import json
 import os
 import time
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, Any, Callable, Protocol, TypeVar
+from typing import IO, Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -139,7 +140,7 @@ def write_export(db: DatabaseFile, name: str, path: str | os.PathLike[str], *,
                                  allowZip64=True) as zf:
                 zf.writestr("manifest.json", json.dumps(manifest, indent=1))
                 lines = []
-                for jid, seq, kind, n, arg, _, created in entries:
+                for _jid, seq, kind, n, arg, _, created in entries:
                     if kind == KIND_WRITE:
                         lines.append({"seq": seq, "kind": "write", "n": n, "created_at": created})
                     else:
@@ -154,7 +155,7 @@ def write_export(db: DatabaseFile, name: str, path: str | os.PathLike[str], *,
                 with zf.open(info, "w", force_zip64=True) as out:
                     header = {"descr": "<f4", "fortran_order": False, "shape": (total, db.dim)}
                     np.lib.format.write_array_header_2_0(out, header)
-                    for jid, seq, kind, n, arg, crc, _ in entries:
+                    for jid, seq, kind, n, _arg, crc, _ in entries:
                         if kind != KIND_WRITE:
                             continue
                         blob = conn.execute("SELECT vectors FROM journal WHERE jid = ?",
