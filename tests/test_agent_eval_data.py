@@ -47,7 +47,7 @@ SHARED_BY_CHANCE = {
     "what's my dog's name?", "what's my blood type?", "what's my brother's name?", "what's my shoe size?",
     "which voice part do i sing in the choir?", "what's my dog's name again?",
     "what did i decide about refinancing the mortgage?",
-    # the thirteenth round's four sets
+    # the test10..test13 sets
     "what was my most recent blood pressure reading?", "when is my wedding anniversary?", "what's my cat's name?",
     "which book is my book club reading this month?", "which mobile phone plan am i on?",
     "what's the limit on my credit card?", "what are my plans for christmas?",
