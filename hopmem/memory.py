@@ -475,10 +475,11 @@ class Memory:
         self._kcfg = self._engine.prepare(config)  # config in the engine's own form
         self._lock = RWLock()
         compact = config.activation == "compact" and self._engine.name == "native"
+        norms = config.mode == "plain" and self._engine.name == "native"
         if snapshot is None:
-            self._state = State(config.dim, config.eta0, config.seed, compact=compact)
+            self._state = State(config.dim, config.eta0, config.seed, compact=compact, norms=norms)
         else:
-            self._state = State.from_snapshot(config.dim, snapshot, compact=compact)
+            self._state = State.from_snapshot(config.dim, snapshot, compact=compact, norms=norms)
             self._engine.state_replaced(self._state)
 
     @classmethod
@@ -659,7 +660,8 @@ class Memory:
         _check_snapshot(config, snapshot)
         mem = cls.__new__(cls)
         mem._init(config, None, backend)
-        mem._state = State.adopt(config.dim, snapshot, compact=mem._state.addresses16 is not None)
+        mem._state = State.adopt(config.dim, snapshot, compact=mem._state.addresses16 is not None,
+                                 norms=mem._state.norms is not None)
         mem._engine.state_replaced(mem._state)
         return mem
 

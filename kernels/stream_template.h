@@ -198,6 +198,7 @@ HM_STREAM_ATTR static void HM_STREAM_NAME(const stream_job *jb, int64_t b) {
         }
         for (int64_t r = 0; r < nr; r++) { x[r] = exp(x[r] - mx); t += x[r]; }
         if (jb->W) for (int64_t r = 0; r < nr; r++) x[r] /= jb->W[lo + r];
+        if (jb->N) for (int64_t r = 0; r < nr; r++) x[r] *= jb->N[lo + r];
         m[q] = mx;
         sum[q] = t;
     }

@@ -44,13 +44,19 @@ def fast_bound(Y: np.ndarray, v: np.ndarray, beta: float, d: int) -> float:
     eps_p = exp(2 beta delta) - 1 in l1; the weighted sum by eps_p max|Y_j|
     (float64 sums add ~1e-12 of it); normalising at most doubles the relative
     error; rounding to float32 adds 2^-23.
+
+    A plain memory whose locations all have weight 1 reads each out as
+    norm * address in float32 (the address rounded: 2^-24 of |Y_j|; the
+    factor rounded to float32 and the products summed over tiles of 16 rows:
+    17 2^-24 of sum_j p_j |Y_j|; taken 20 2^-24 together), the others their
+    float64 counters; the bound covers both.
     """
     eps_p = math.expm1(2.0 * beta * score_error(d))
     ymax = float(np.sqrt((Y * Y).sum(axis=1)).max())
     nv = float(np.linalg.norm(v))
     if nv == 0.0:
         return math.inf
-    return 2.0 * (eps_p + 1e-12) * ymax / nv + 2.0 * U32
+    return 2.0 * (eps_p + 20.0 * U32 + 1e-12) * ymax / nv + 2.0 * U32
 
 
 def hopfield_bound(X: np.ndarray, xi: np.ndarray, beta: float, r: np.ndarray) -> float:
@@ -158,6 +164,77 @@ def test_plain_memory_with_merged_locations_still_reads_iteratively():
     Q = rng.standard_normal((5, 8)).astype(np.float32)
     for strategy in ("fast", "iterative"):
         np.testing.assert_allclose(mem.read(Q, strategy), reference.read(Q, strategy), atol=2e-5)
+
+
+def norms_now(mem: Memory) -> np.ndarray:
+    """The row norms the kernel computes from the counters as they are now."""
+    state = mem._state
+    kept = state.norms.copy()
+    _kernel.sync_norms(state)
+    fresh = state.norms.copy()
+    state.norms[:] = kept
+    return fresh[: state.size]
+
+
+def test_plain_row_norms_never_go_stale():
+    # The norms a plain memory's fast read scales its addresses by are kept by
+    # every change of a row: writes (with growth), merges, compress, restore,
+    # adoption; always the kernel's |counters row|, bit for bit.
+    rng = np.random.default_rng(4)
+    X = (rng.standard_normal((300, 12)) * rng.uniform(0.1, 10.0, (300, 1))).astype(np.float32)
+    mem = Memory(12, mode="plain", k=1000, beta=5.0)
+    assert Memory(12, k=5)._state.norms is None  # competitive: none kept
+    assert Memory(12, mode="plain", backend="reference")._state.norms is None
+
+    def check() -> None:
+        n = len(mem)
+        np.testing.assert_array_equal(mem._state.norms[:n], norms_now(mem))
+        np.testing.assert_allclose(mem._state.norms[:n], np.linalg.norm(mem.counters, axis=1),
+                                   rtol=1e-14)
+
+    for part in np.array_split(X, 7):
+        mem.write(part)
+        check()
+    snap = mem.snapshot()
+    q = X[5] + 0.1 * rng.standard_normal(12).astype(np.float32)
+    before = mem.read(q, "fast")
+    mem.write(X[:50] * 3.0)
+    mem.compress(max_locations=200)
+    check()
+    assert (mem.weights != 1.0).any()
+    mem.restore(snap)
+    check()
+    np.testing.assert_array_equal(mem.read(q, "fast"), before)
+    again = Memory.from_config(mem.config, snap)
+    np.testing.assert_array_equal(again._state.norms[: len(again)], norms_now(again))
+    np.testing.assert_array_equal(again.read(q, "fast"), before)
+    from hopmem._state import restore_capacity  # adoption takes over spare-capacity arrays
+
+    n = len(snap.ids)
+    spare = [np.zeros((restore_capacity(n),) + a.shape[1:], a.dtype) for a in
+             (snap.ids, snap.addresses, snap.counters, snap.weights)]
+    for buf, a in zip(spare, (snap.ids, snap.addresses, snap.counters, snap.weights),
+                      strict=True):
+        buf[:n] = a
+    adopted = Memory.adopting(mem.config, type(snap)(
+        ids=spare[0][:n], addresses=spare[1][:n], counters=spare[2][:n], weights=spare[3][:n],
+        eta=snap.eta, writes=snap.writes, next_id=snap.next_id, rng=snap.rng))
+    assert adopted._state.counters is spare[2]
+    np.testing.assert_array_equal(adopted._state.norms[:n], norms_now(adopted))
+    np.testing.assert_array_equal(adopted.read(q, "fast"), before)
+
+
+@pytest.mark.parametrize("scale", [1e-30, 1e36])
+def test_plain_fast_read_of_extreme_inputs_keeps_the_float64_read_out(scale):
+    # Norms outside float32's comfortable range: the counters are read out.
+    rng = np.random.default_rng(6)
+    X = rng.standard_normal((40, 8)).astype(np.float64) * scale
+    mem = full_memory(X.astype(np.float32), beta=4.0)
+    Q = rng.standard_normal((3, 8)).astype(np.float32)
+    got = mem.read(Q, "fast")
+    assert np.isfinite(got).all()
+    reference = Memory.from_config(mem.config, mem.snapshot(), backend="reference")
+    np.testing.assert_allclose(got, reference.read(Q, "fast"), atol=2e-5)
 
 
 # -- the error bound against a float64 textbook ------------------------------------------------
