@@ -13,6 +13,7 @@ ITER_COPY_MAX: int
 
 class KernelConfig:
     k: int
+    config: Any
     def __init__(self, cfg: Any) -> None: ...
 
 ReadRow = tuple[

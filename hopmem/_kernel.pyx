@@ -316,9 +316,11 @@ cdef class KernelConfig:
     """A MemoryConfig converted once to the C struct (reads are called often)."""
     cdef hm_config c
     cdef readonly object k
+    cdef readonly object config  # the MemoryConfig it was made from
 
     def __cinit__(self, cfg):
         self.k = int(cfg.k)
+        self.config = cfg
         self.c.competitive = 1 if cfg.mode == "competitive" else 0
         self.c.k = cfg.k
         self.c.beta = cfg.beta

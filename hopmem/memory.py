@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Literal, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from . import _reference
+from . import _batched, _reference
 from ._deprecation import warn_deprecated
 from ._rwlock import RWLock
 from ._state import Snapshot, State
@@ -316,6 +316,9 @@ class _NativeEngine:
         if Q.shape[0] == 1:
             return self._k.read_results(state, cfg, Q, strategy == "fast")
         with _blas_threads():
+            if _batched.applies(state, cfg.config, Q.shape[0], strategy == "fast"):
+                # plain, full activation: blocked matrix products (hopmem/_batched.py)
+                return _batched.read_batch(state, cfg.config, Q, strategy == "fast")
             return self._k.read_results(state, cfg, Q, strategy == "fast")
 
     def attention(self, state, cfg, q, scale):
