@@ -49,6 +49,7 @@ cdef extern from "hopmem_kernel.h" nogil:
         int64_t *members
         int64_t *start
         int index_stale
+        double *norms
 
     ctypedef struct hm_config:
         int competitive
@@ -101,6 +102,7 @@ cdef extern from "hopmem_kernel.h" nogil:
     int hm_index_build(hm_state *s, int64_t iterations, int64_t k, double max_visits,
                        double *visits)
     void hm_index_refresh(hm_state *s)
+    void hm_sync_norms(hm_state *s)
     int64_t hm_merge(hm_state *s, int64_t bound, double tau, int64_t *merges,
                      int64_t max_merges)
 
@@ -157,6 +159,15 @@ cdef hm_state _view(state) except *:
         s.addresses16 = cnp.PyArray_DATA(half)
     s.counters = <double *>cnp.PyArray_DATA(counters)
     s.weights = <double *>cnp.PyArray_DATA(weights)
+    norms = state.norms
+    if norms is None:
+        s.norms = NULL
+    else:
+        if ((<cnp.ndarray>norms).dtype.num != cnp.NPY_FLOAT64 or cnp.PyArray_NDIM(norms) != 1
+                or cnp.PyArray_DIM(norms, 0) != s.capacity
+                or not cnp.PyArray_IS_C_CONTIGUOUS(norms)):
+            raise TypeError("hopmem kernel: the state's row norms are out of shape")
+        s.norms = <double *>cnp.PyArray_DATA(norms)
     s.eta = state.eta
     s.writes = state.writes
     s.next_id = state.next_id
@@ -206,6 +217,14 @@ INDEX_ENABLED = True    # False: every activation scans (benchmarks compare the 
 # k * dim is at most this (128 KiB a copy: in L2), else on the float32 rows. The
 # same bits either way; read when a memory's kernel config is made (tests set 0).
 ITER_COPY_MAX = 16384
+
+
+def sync_norms(state):
+    """Recompute the state's row norms (|counters row|, as the kernel keeps them
+    with every change) from its counters: after the arrays were set wholesale."""
+    cdef hm_state s = _view(state)
+    if s.norms != NULL:
+        hm_sync_norms(&s)
 
 
 def refresh_index(state):
@@ -297,9 +316,11 @@ cdef class KernelConfig:
     """A MemoryConfig converted once to the C struct (reads are called often)."""
     cdef hm_config c
     cdef readonly object k
+    cdef readonly object config  # the MemoryConfig it was made from
 
     def __cinit__(self, cfg):
         self.k = int(cfg.k)
+        self.config = cfg
         self.c.competitive = 1 if cfg.mode == "competitive" else 0
         self.c.k = cfg.k
         self.c.beta = cfg.beta

@@ -117,7 +117,7 @@ class State:
     """Location arrays (capacity >= size) plus the scalar state."""
 
     def __init__(self, dim: int, eta: float, seed: int, capacity: int = 16,
-                 compact: bool = False) -> None:
+                 compact: bool = False, norms: bool = False) -> None:
         self.dim = dim
         capacity = max(capacity, 1)
         self.ids = np.zeros(capacity, dtype=np.int64)
@@ -126,6 +126,11 @@ class State:
         # the kernel updates row by row with every address it changes.
         self.addresses16 = np.zeros((capacity, dim), dtype=np.float16) if compact else None
         self.counters = np.zeros((capacity, dim), dtype=np.float64)
+        # A plain memory on the native kernel keeps each row's |counters|, which
+        # the kernel updates with every row it changes (derived data, never in a
+        # snapshot): its fast read then reads a location of weight 1 out as
+        # norm * address, float32 rows, instead of the float64 counters.
+        self.norms = np.zeros(capacity, dtype=np.float64) if norms else None
         self.weights = np.zeros(capacity, dtype=np.float64)
         self.size = 0
         self.eta = float(eta)
@@ -159,6 +164,10 @@ class State:
             half[:n] = self.addresses16[:n]
             self.addresses16 = half
         counters[:n] = self.counters[:n]
+        if self.norms is not None:
+            norms = np.zeros(new, dtype=np.float64)
+            norms[:n] = self.norms[:n]
+            self.norms = norms
         weights[:n] = self.weights[:n]
         self.ids, self.addresses, self.counters, self.weights = ids, addresses, counters, weights
         if self.index is not None:
@@ -178,9 +187,10 @@ class State:
         )
 
     @classmethod
-    def from_snapshot(cls, dim: int, snap: Snapshot, compact: bool = False) -> "State":
+    def from_snapshot(cls, dim: int, snap: Snapshot, compact: bool = False,
+                      norms: bool = False) -> "State":
         n = int(snap.ids.shape[0])
-        state = cls(dim, snap.eta, 0, capacity=restore_capacity(n), compact=compact)
+        state = cls(dim, snap.eta, 0, capacity=restore_capacity(n), compact=compact, norms=norms)
         state.ids[:n] = snap.ids
         state.addresses[:n] = snap.addresses
         state.counters[:n] = snap.counters
@@ -189,7 +199,8 @@ class State:
         return state
 
     @classmethod
-    def adopt(cls, dim: int, snap: Snapshot, compact: bool = False) -> "State":
+    def adopt(cls, dim: int, snap: Snapshot, compact: bool = False,
+              norms: bool = False) -> "State":
         """``from_snapshot`` that takes over the snapshot's arrays instead of copying them.
 
         For a snapshot made to be adopted: each array the first rows of a
@@ -205,11 +216,13 @@ class State:
         bases = [_spare_base(a, restore_capacity(n)) for a in arrays]
         spare = [b for b in bases if b is not None]
         if len(spare) < len(bases):
-            return cls.from_snapshot(dim, snap, compact=compact)
+            return cls.from_snapshot(dim, snap, compact=compact, norms=norms)
         state = cls(dim, snap.eta, 0, capacity=1, compact=compact)
         state.ids, state.addresses, state.counters, state.weights = spare
         if compact:
             state.addresses16 = np.zeros((restore_capacity(n), dim), dtype=np.float16)
+        if norms:
+            state.norms = np.zeros(restore_capacity(n), dtype=np.float64)
         state._set_scalars(snap)
         return state
 
@@ -224,8 +237,11 @@ class State:
         if self.addresses16 is not None:
             # IEEE round-to-nearest-even, as the kernel's own conversion.
             to_half(np.ascontiguousarray(snap.addresses, np.float32), self.addresses16[:n])
+        if self.norms is not None:
+            _kernel.sync_norms(self)  # the kernel's own arithmetic, as its writes keep them
 
     def restore(self, snap: Snapshot) -> None:
         """Overwrite this state in place with a snapshot (used to roll back)."""
-        other = State.from_snapshot(self.dim, snap, compact=self.addresses16 is not None)
+        other = State.from_snapshot(self.dim, snap, compact=self.addresses16 is not None,
+                                    norms=self.norms is not None)
         self.__dict__.update(other.__dict__)

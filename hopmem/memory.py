@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Literal, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from . import _reference
+from . import _batched, _reference
 from ._deprecation import warn_deprecated
 from ._rwlock import RWLock
 from ._state import Snapshot, State
@@ -316,6 +316,9 @@ class _NativeEngine:
         if Q.shape[0] == 1:
             return self._k.read_results(state, cfg, Q, strategy == "fast")
         with _blas_threads():
+            if _batched.applies(state, cfg.config, Q.shape[0], strategy == "fast"):
+                # plain, full activation: blocked matrix products (hopmem/_batched.py)
+                return _batched.read_batch(state, cfg.config, Q, strategy == "fast")
             return self._k.read_results(state, cfg, Q, strategy == "fast")
 
     def attention(self, state, cfg, q, scale):
@@ -475,10 +478,11 @@ class Memory:
         self._kcfg = self._engine.prepare(config)  # config in the engine's own form
         self._lock = RWLock()
         compact = config.activation == "compact" and self._engine.name == "native"
+        norms = config.mode == "plain" and self._engine.name == "native"
         if snapshot is None:
-            self._state = State(config.dim, config.eta0, config.seed, compact=compact)
+            self._state = State(config.dim, config.eta0, config.seed, compact=compact, norms=norms)
         else:
-            self._state = State.from_snapshot(config.dim, snapshot, compact=compact)
+            self._state = State.from_snapshot(config.dim, snapshot, compact=compact, norms=norms)
             self._engine.state_replaced(self._state)
 
     @classmethod
@@ -659,7 +663,8 @@ class Memory:
         _check_snapshot(config, snapshot)
         mem = cls.__new__(cls)
         mem._init(config, None, backend)
-        mem._state = State.adopt(config.dim, snapshot, compact=mem._state.addresses16 is not None)
+        mem._state = State.adopt(config.dim, snapshot, compact=mem._state.addresses16 is not None,
+                                 norms=mem._state.norms is not None)
         mem._engine.state_replaced(mem._state)
         return mem
 

@@ -980,6 +980,18 @@ int hm_index_build(hm_state *s, int64_t iterations, int64_t k, double max_visits
 
 /* ---- location bookkeeping ------------------------------------------------------ */
 
+/* Keep norms[row] = |counters row| (when the state keeps norms). */
+HM_INLINE void sync_norm(hm_state *s, int64_t row) {
+    if (s->norms) {
+        const double *c = s->counters + row * s->dim;
+        s->norms[row] = sqrt(ddot(c, c, s->dim));
+    }
+}
+
+void hm_sync_norms(hm_state *s) {
+    for (int64_t r = 0; r < s->size; r++) sync_norm(s, r);
+}
+
 static int64_t append_row(hm_state *s, const double *address, const double *counter,
                           double weight) {
     int64_t row = s->size, d = s->dim;
@@ -990,6 +1002,7 @@ static int64_t append_row(hm_state *s, const double *address, const double *coun
     s->ids[row] = s->next_id++;
     s->size++;
     sync_rows16(s, row, 1);
+    sync_norm(s, row);
     index_add(s, row);
     return s->ids[row];
 }
@@ -1006,6 +1019,7 @@ static void remove_row(hm_state *s, int64_t row) {
     if (tail > 0) {
         memmove(s->ids + row, s->ids + row + 1, (size_t)tail * sizeof(int64_t));
         memmove(s->weights + row, s->weights + row + 1, (size_t)tail * sizeof(double));
+        if (s->norms) memmove(s->norms + row, s->norms + row + 1, (size_t)tail * sizeof(double));
         memmove(s->addresses + row * d, s->addresses + (row + 1) * d,
                 (size_t)(tail * d) * sizeof(float));
         memmove(s->counters + row * d, s->counters + (row + 1) * d,
@@ -1033,6 +1047,7 @@ static void merge_rows(hm_state *s, int64_t keep, int64_t drop, double *tmp,
     double *ck = s->counters + keep * d;
     const double *cd = s->counters + drop * d;
     for (int64_t i = 0; i < d; i++) ck[i] += cd[i];
+    sync_norm(s, keep);
     s->weights[keep] = nk + nd;
     *removed = s->ids[drop];
     *survivor = s->ids[keep];
@@ -1563,6 +1578,7 @@ HM_INLINE void write_competitive(hm_state *s, const hm_config *c, const float *x
             s->weights[row] += wj;
             scale_to_float(w->tmp_a, sqrt(sq), d, aj);
             sync_rows16(s, row, 1);
+            sync_norm(s, row);
             index_touch(s, row);
             block_touch(s, w, row);
             touched[nt++] = s->ids[row];
@@ -1585,6 +1601,7 @@ HM_INLINE void write_competitive(hm_state *s, const hm_config *c, const float *x
             normalize_d(w->tmp_a, d);
             double *pc = s->counters + wr * d;
             for (int64_t i = 0; i < d; i++) { pc[i] *= 0.5; w->tmp_c[i] = pc[i]; }
+            sync_norm(s, wr);
             s->weights[wr] *= 0.5;
             child = append_row(s, w->tmp_a, w->tmp_c, s->weights[wr]);
             created[nc++] = child;
@@ -1783,6 +1800,8 @@ HM_INLINE int reuses_address(const hm_state *s, const hm_config *c, int64_t row)
  * per block. docs/hopfield.md gives the error bound against a float64
  * evaluation that tests/test_hopfield.py enforces. */
 
+#define HM_NORM_MIN 1e-20     /* read-out by norm: the largest norm's range */
+#define HM_NORM_MAX 1e30
 #define HM_STREAM_BLOCK 128   /* rows a block scores and reads out together */
 #define HM_STREAM_SUPER 64    /* blocks shared between threads at a time */
 
@@ -1790,6 +1809,7 @@ typedef struct {
     const float *A;       /* [n * dim] rows scored (addresses, or a user's patterns) */
     const double *C;      /* [n * dim] rows read out (counters), or NULL: read out A */
     const double *W;      /* [n] read-out divisors (location weights), or NULL */
+    const double *N;      /* [n] read-out scales of float32 rows (norms), or NULL */
     int64_t n, dim;
     int64_t nq;           /* queries in this pass: 1 .. 4 */
     const float *q[4];    /* float32 queries, scored by dot1 (unused lanes padded) */
@@ -1870,6 +1890,7 @@ static void stream_block_portable(const stream_job *jb, int64_t b) {
         }
         for (int64_t r = 0; r < hi - lo; r++) { lg[r] = exp(lg[r] - mx); t += lg[r]; }
         if (jb->W) for (int64_t r = 0; r < hi - lo; r++) lg[r] /= jb->W[lo + r];
+        if (jb->N) for (int64_t r = 0; r < hi - lo; r++) lg[r] *= jb->N[lo + r];
         p[0] = mx;
         p[1] = t;
         for (int64_t i = 0; i < d; i++) p[2 + i] = 0.0;
@@ -1967,6 +1988,24 @@ HM_INLINE int streams(const hm_state *s, const hm_config *c, int fast_only) {
     return 1;
 }
 
+/* Whether a fast read may read each location out as norm * address (float32
+ * rows, scaled) instead of counters / weight (float64 rows): a plain memory
+ * whose every location is one written input (weight 1), whose counters are
+ * that input and whose address is its direction rounded to float32, so the
+ * two differ by the address's rounding only (docs/hopfield.md bounds it). */
+HM_INLINE int reads_out_by_norm(const hm_state *s, const hm_config *c) {
+    if (c->competitive || !s->norms) return 0;
+    double top = 0.0;
+    for (int64_t j = 0; j < s->size; j++) {
+        if (s->weights[j] != 1.0) return 0;
+        if (s->norms[j] > top) top = s->norms[j];
+    }
+    /* The scaled weights and the tile sums are float32: inputs so large or so
+     * small that they would overflow or lose their bits there (far outside
+     * any embedding's range) keep the float64 read-out. */
+    return top >= HM_NORM_MIN && top <= HM_NORM_MAX;
+}
+
 /* One row's score as a streamed block computes it (the trace's weights). */
 static void stream_score(const float *a, const float *q, int64_t dim, float *out) {
 #if defined(__GNUC__)
@@ -2025,13 +2064,21 @@ static int read_streamed(const hm_state *s, const hm_config *c, const float *Q, 
     jb.dim = d;
     jb.beta = c->beta;
     jb.A = s->addresses;
+    int by_norm = reads_out_by_norm(s, c);
     for (int64_t g = 0; g < nq; g += 4) {
         int64_t ng = nq - g < 4 ? nq - g : 4;
         const float *Qg = Q + g * d;
         if (fast || fast_only) {  /* the one-step read: raw patterns (counters / weight) */
             for (int64_t q = 0; q < ng; q++) unit_query(Qg + q * d, d, qf + q * d);
-            jb.C = s->counters;
-            jb.W = s->weights;
+            if (by_norm) {  /* every location one input: norm * address, float32 rows */
+                jb.C = NULL;
+                jb.W = NULL;
+                jb.N = s->norms;
+            } else {
+                jb.C = s->counters;
+                jb.W = s->weights;
+                jb.N = NULL;
+            }
             jb.nq = ng;
             for (int q = 0; q < 4; q++) jb.q[q] = qf + (q < ng ? q : 0) * d;
             stream_pass(&jb, part, M, S, acc);
@@ -2059,6 +2106,7 @@ static int read_streamed(const hm_state *s, const hm_config *c, const float *Q, 
         }
         jb.C = NULL;
         jb.W = NULL;
+        jb.N = NULL;
         while (na > 0) {
             jb.nq = na;
             for (int64_t u = 0; u < na; u++) unit_state(xi[act[u]], d, qf + act[u] * d);

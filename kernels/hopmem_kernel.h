@@ -52,6 +52,11 @@ typedef struct {
     int64_t *members;    /* [capacity]: rows by group, group g at start[g] .. start[g + 1] */
     int64_t *start;      /* [groups + 1] */
     int index_stale;     /* 1: rows were added or moved since members was built */
+    /* [capacity] |counters row| (sqrt of its float64 dot with itself), kept by
+     * every change of a row, or NULL: derived data, never part of the state's
+     * value (a plain memory's fast read at full activation reads out its
+     * weight-1 locations as norm * address instead of the float64 counters). */
+    double *norms;
 } hm_state;
 
 typedef struct {
@@ -95,6 +100,8 @@ void hm_scan(const hm_state *s, const hm_config *c, const float *X, int64_t nq, 
 
 /* Refresh the half copy of every address row (after a restore). */
 void hm_sync_compact(hm_state *s);
+/* Recompute norms[0 .. size) from the counters (after a restore); no-op when NULL. */
+void hm_sync_norms(hm_state *s);
 
 /* out[i] = x[i] as an IEEE half (round to nearest, ties to even) for i < n.
  * Returns 0, writing nothing, when this build has no half type. */

@@ -44,13 +44,19 @@ def fast_bound(Y: np.ndarray, v: np.ndarray, beta: float, d: int) -> float:
     eps_p = exp(2 beta delta) - 1 in l1; the weighted sum by eps_p max|Y_j|
     (float64 sums add ~1e-12 of it); normalising at most doubles the relative
     error; rounding to float32 adds 2^-23.
+
+    A plain memory whose locations all have weight 1 reads each out as
+    norm * address in float32 (the address rounded: 2^-24 of |Y_j|; the
+    factor rounded to float32 and the products summed over tiles of 16 rows:
+    17 2^-24 of sum_j p_j |Y_j|; taken 20 2^-24 together), the others their
+    float64 counters; the bound covers both.
     """
     eps_p = math.expm1(2.0 * beta * score_error(d))
     ymax = float(np.sqrt((Y * Y).sum(axis=1)).max())
     nv = float(np.linalg.norm(v))
     if nv == 0.0:
         return math.inf
-    return 2.0 * (eps_p + 1e-12) * ymax / nv + 2.0 * U32
+    return 2.0 * (eps_p + 20.0 * U32 + 1e-12) * ymax / nv + 2.0 * U32
 
 
 def hopfield_bound(X: np.ndarray, xi: np.ndarray, beta: float, r: np.ndarray) -> float:
@@ -160,6 +166,77 @@ def test_plain_memory_with_merged_locations_still_reads_iteratively():
         np.testing.assert_allclose(mem.read(Q, strategy), reference.read(Q, strategy), atol=2e-5)
 
 
+def norms_now(mem: Memory) -> np.ndarray:
+    """The row norms the kernel computes from the counters as they are now."""
+    state = mem._state
+    kept = state.norms.copy()
+    _kernel.sync_norms(state)
+    fresh = state.norms.copy()
+    state.norms[:] = kept
+    return fresh[: state.size]
+
+
+def test_plain_row_norms_never_go_stale():
+    # The norms a plain memory's fast read scales its addresses by are kept by
+    # every change of a row: writes (with growth), merges, compress, restore,
+    # adoption; always the kernel's |counters row|, bit for bit.
+    rng = np.random.default_rng(4)
+    X = (rng.standard_normal((300, 12)) * rng.uniform(0.1, 10.0, (300, 1))).astype(np.float32)
+    mem = Memory(12, mode="plain", k=1000, beta=5.0)
+    assert Memory(12, k=5)._state.norms is None  # competitive: none kept
+    assert Memory(12, mode="plain", backend="reference")._state.norms is None
+
+    def check() -> None:
+        n = len(mem)
+        np.testing.assert_array_equal(mem._state.norms[:n], norms_now(mem))
+        np.testing.assert_allclose(mem._state.norms[:n], np.linalg.norm(mem.counters, axis=1),
+                                   rtol=1e-14)
+
+    for part in np.array_split(X, 7):
+        mem.write(part)
+        check()
+    snap = mem.snapshot()
+    q = X[5] + 0.1 * rng.standard_normal(12).astype(np.float32)
+    before = mem.read(q, "fast")
+    mem.write(X[:50] * 3.0)
+    mem.compress(max_locations=200)
+    check()
+    assert (mem.weights != 1.0).any()
+    mem.restore(snap)
+    check()
+    np.testing.assert_array_equal(mem.read(q, "fast"), before)
+    again = Memory.from_config(mem.config, snap)
+    np.testing.assert_array_equal(again._state.norms[: len(again)], norms_now(again))
+    np.testing.assert_array_equal(again.read(q, "fast"), before)
+    from hopmem._state import restore_capacity  # adoption takes over spare-capacity arrays
+
+    n = len(snap.ids)
+    spare = [np.zeros((restore_capacity(n),) + a.shape[1:], a.dtype) for a in
+             (snap.ids, snap.addresses, snap.counters, snap.weights)]
+    for buf, a in zip(spare, (snap.ids, snap.addresses, snap.counters, snap.weights),
+                      strict=True):
+        buf[:n] = a
+    adopted = Memory.adopting(mem.config, type(snap)(
+        ids=spare[0][:n], addresses=spare[1][:n], counters=spare[2][:n], weights=spare[3][:n],
+        eta=snap.eta, writes=snap.writes, next_id=snap.next_id, rng=snap.rng))
+    assert adopted._state.counters is spare[2]
+    np.testing.assert_array_equal(adopted._state.norms[:n], norms_now(adopted))
+    np.testing.assert_array_equal(adopted.read(q, "fast"), before)
+
+
+@pytest.mark.parametrize("scale", [1e-30, 1e36])
+def test_plain_fast_read_of_extreme_inputs_keeps_the_float64_read_out(scale):
+    # Norms outside float32's comfortable range: the counters are read out.
+    rng = np.random.default_rng(6)
+    X = rng.standard_normal((40, 8)).astype(np.float64) * scale
+    mem = full_memory(X.astype(np.float32), beta=4.0)
+    Q = rng.standard_normal((3, 8)).astype(np.float32)
+    got = mem.read(Q, "fast")
+    assert np.isfinite(got).all()
+    reference = Memory.from_config(mem.config, mem.snapshot(), backend="reference")
+    np.testing.assert_allclose(got, reference.read(Q, "fast"), atol=2e-5)
+
+
 # -- the error bound against a float64 textbook ------------------------------------------------
 
 betas = st.sampled_from([1e-6, 0.5, 5.0, 30.0, 200.0])
@@ -219,6 +296,120 @@ def test_hopfield_step_is_within_its_bound_of_a_float64_textbook(case, beta, m):
         r = textbook64(X64, X64 @ xi.astype(np.float64), beta)
         assert np.linalg.norm(got - r) <= hopfield_bound(X, xi, beta, r)
         np.testing.assert_array_equal(hopmem.hopfield(X, xi, beta), got)  # batch == single
+
+
+# -- batches of plain full-activation reads: blocked matrix products -----------------------
+
+
+def batch_bound(Y: np.ndarray, v: np.ndarray, beta: float, d: int) -> float:
+    """|batch read - normalize(v)|_2 for a blocked batch read (docs/hopfield.md).
+
+    Float32 GEMM scores within delta = 4 d 2^-24 of the cosines, the float32
+    logit and its shift by the tile's maximum add 3 beta 2^-24: the weights
+    move by a factor within exp(+-2 beta (delta + 3 2^-24)); float32 exp (at
+    most 4 2^-24 off) and the scale by the rounded norm add 8 2^-24. The
+    read-out (a float32 GEMM over a tile of at most TILE_ROWS rows, the
+    address rounded) is within (TILE_ROWS + 1) 2^-24 of sum_j p_j |Y_j|;
+    normalising at most doubles it; float32 adds 2^-23.
+    """
+    from hopmem._batched import TILE_ROWS
+
+    eps_b = math.expm1(2.0 * beta * (score_error(d) + 3.0 * U32)) + 8.0 * U32
+    ymax = float(np.sqrt((Y * Y).sum(axis=1)).max())
+    nv = float(np.linalg.norm(v))
+    if nv == 0.0:
+        return math.inf
+    return 2.0 * (eps_b + (TILE_ROWS + 1) * U32 + 1e-12) * ymax / nv + 2.0 * U32
+
+
+@st.composite
+def batch_cases(draw):
+    from hopmem._batched import MIN_BATCH, MIN_ROWS
+
+    n = draw(st.integers(MIN_ROWS, 2600))  # one to three tiles
+    d = draw(st.integers(1, 24))
+    m = draw(st.integers(MIN_BATCH, MIN_BATCH + 8))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d)) * draw(st.sampled_from([1.0, 1e-3, 1e6]))
+    if draw(st.booleans()):
+        X[rng.integers(0, n, max(1, n // 4))] = X[0]  # duplicates
+    if draw(st.booleans()):
+        X[rng.integers(0, n)] = 0.0  # a zero pattern
+    Q = rng.standard_normal((m, d))
+    near = rng.integers(0, n, m)
+    Q[: m // 2] = X[near[: m // 2]] + 0.1 * Q[: m // 2]  # near stored patterns
+    Q[-1] = 0.0  # a zero query
+    return X.astype(np.float32), Q.astype(np.float32)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batch_cases(), betas)
+def test_blocked_batch_read_is_within_its_bound_of_a_float64_textbook(case, beta):
+    from hopmem import _batched
+
+    X, Q = case
+    n, d = X.shape
+    mem = full_memory(X, beta=beta)
+    assert _batched.applies(mem._state, mem.config, len(Q), True)
+    got = mem.read(Q, "fast").astype(np.float64)
+    np.testing.assert_array_equal(mem.read(Q, "fast"), got.astype(np.float32))  # deterministic
+    A = mem.addresses.astype(np.float64)
+    Y = mem.counters / mem.weights[:, None]
+    for q, row in zip(Q.astype(np.float64), got, strict=True):
+        nq = np.linalg.norm(q)
+        c = A @ (q / nq) if nq >= 1e-12 else np.zeros(n)
+        v = textbook64(Y, c, beta)
+        want = v / np.linalg.norm(v) if np.linalg.norm(v) >= 1e-12 else v
+        assert np.linalg.norm(row - want) <= batch_bound(Y, v, beta, d)
+
+
+def test_blocked_batch_reads_agree_with_single_reads():
+    # Not the same bits (BLAS sums in its own order), the same reads: fast
+    # within the bound above, iterative (3 steps) as close, the same bits every
+    # time and on any number of hopmem threads (BLAS is pinned).
+    from hopmem import _batched
+
+    rng = np.random.default_rng(12)
+    X = rng.standard_normal((3000, 48)).astype(np.float32)
+    Q = (X[rng.integers(0, 3000, 40)] + 0.3 * rng.standard_normal((40, 48))).astype(np.float32)
+    mem = full_memory(X, beta=6.0, t_max=3, epsilon=0.0)
+    for strategy in ("fast", "iterative"):
+        assert _batched.applies(mem._state, mem.config, len(Q), strategy == "fast")
+        batch = mem.read(Q, strategy)
+        single = np.stack([mem.read(q, strategy) for q in Q])
+        np.testing.assert_allclose(batch, single, rtol=0, atol=2e-6)
+        before = hopmem.get_threads()
+        try:
+            hopmem.set_threads(4)
+            np.testing.assert_array_equal(mem.read(Q, strategy), batch)
+        finally:
+            hopmem.set_threads(before)
+
+
+def test_batches_the_blocked_path_does_not_serve_are_the_kernels_bits():
+    # Below MIN_BATCH queries or MIN_ROWS locations, k < L, competitive
+    # memories and merged locations (weight != 1): the kernel, bit-equal to
+    # single reads.
+    from hopmem import _batched
+
+    rng = np.random.default_rng(13)
+    X = rng.standard_normal((600, 16)).astype(np.float32)
+    Q = rng.standard_normal((_batched.MIN_BATCH + 4, 16)).astype(np.float32)
+    merged = full_memory(X, beta=5.0)
+    merged.compress(max_locations=500)
+    small = full_memory(X[: _batched.MIN_ROWS - 1], beta=5.0)
+    topk = Memory(16, mode="plain", k=20, beta=5.0)
+    topk.write(X)
+    competitive = full_memory(X, "competitive", beta=5.0)
+    few = full_memory(X, beta=5.0)
+    for mem, Qm in ((merged, Q), (small, Q), (topk, Q), (competitive, Q),
+                    (few, Q[: _batched.MIN_BATCH - 1])):
+        for strategy in ("fast", "iterative"):
+            assert not _batched.applies(mem._state, mem.config, len(Qm), strategy == "fast")
+            batch = mem.read(Qm, strategy)
+            for q, row in zip(Qm, batch, strict=True):
+                np.testing.assert_array_equal(mem.read(q, strategy), row)
 
 
 # -- hopmem.hopfield: the functional entry point ---------------------------------------------

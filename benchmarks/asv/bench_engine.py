@@ -209,6 +209,9 @@ class Rewinder:
             if array is not None:
                 array[n:state.size] = 0
         state.size = n
+        if state.norms is not None and rows.size:  # a plain memory's row norms: derived
+            from hopmem import _kernel
+            _kernel.sync_norms(state)
         state.eta, state.writes = float(snap.eta), int(snap.writes)
         state.next_id, state.rng = int(snap.next_id), int(snap.rng) & (2**64 - 1)
         if self.mem.backend == "native":

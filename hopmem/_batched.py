@@ -1,0 +1,117 @@
+"""Batched full-activation reads of a plain memory as blocked matrix products.
+
+A batch of queries against a plain memory that activates every location
+(``k >= L``) and whose locations are each one written input (weight 1) is the
+modern Hopfield update for many queries at once, which BLAS runs at its GEMM
+speed. Rows go in tiles of ``TILE_ROWS``: per tile, the scores of every query
+(one ``sgemm``, queries x rows), each query's running maximum logit, the
+weights ``exp(logit - max)`` (float32), and the weighted sum of the tile's
+rows (a second ``sgemm``), added in float64 to the query's accumulator after
+rescaling by ``exp(old max - new max)``: the online softmax of the streamed
+kernel with a GEMM-sized tile. A fast read reads each location out as its
+norm times its address (the input it holds), an iterative step the addresses
+(its unit patterns), as the streamed kernel does.
+
+The arithmetic is float32 BLAS, not the kernel's fixed order, so a batch is not
+bit-equal to single reads; it stays within the bound docs/hopfield.md gives
+(tests/test_hopfield.py enforces it against a float64 evaluation). Its bits
+are deterministic for a given BLAS and BLAS thread count (the engine pins
+BLAS to ``HOPMEM_BLAS_THREADS``, one by default). Batches below
+``MIN_BATCH`` queries, memories below ``MIN_ROWS`` locations, and memories
+this does not apply to are read by the kernel (bit-equal to single reads).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["TILE_ROWS", "MIN_BATCH", "MIN_ROWS", "applies", "read_batch"]
+
+TILE_ROWS = 1024  # rows per tile: the read-out's float32 sums run over at most this many
+MIN_BATCH = 16    # fewer queries: the kernel's streamed pass (four queries a pass) is as fast
+MIN_ROWS = 256    # fewer locations: per-tile overheads outweigh the GEMM
+_TINY = 1e-12     # HM_TINY: a query or state shorter than this scores zero
+_NORM_MIN, _NORM_MAX = 1e-20, 1e30  # the kernel's range for a read-out by norm
+
+
+def applies(state: Any, cfg: Any, nq: int, fast: bool) -> bool:
+    """Whether a batch of ``nq`` reads of this memory takes the blocked path."""
+    n = int(state.size)
+    if nq < MIN_BATCH or n < MIN_ROWS or cfg.mode != "plain" or cfg.k < n:
+        return False
+    if state.norms is None or not bool((state.weights[:n] == 1.0).all()):
+        return False
+    if fast:
+        top = float(state.norms[:n].max())
+        return _NORM_MIN <= top <= _NORM_MAX
+    return True
+
+
+def _unit32(V: np.ndarray) -> np.ndarray:
+    """Rows of ``V`` (float64) made unit and rounded to float32; zeros when shorter than TINY."""
+    norms = np.sqrt(np.einsum("ij,ij->i", V, V))
+    out = np.zeros(V.shape, dtype=np.float32)
+    ok = norms >= _TINY
+    out[ok] = V[ok] / norms[ok, None]
+    return out
+
+
+def _normalized(V: np.ndarray) -> np.ndarray:
+    """Rows of ``V`` over their norms, in place; rows shorter than TINY left as they are."""
+    norms = np.sqrt(np.einsum("ij,ij->i", V, V))
+    ok = norms >= _TINY
+    V[ok] /= norms[ok, None]
+    return V
+
+
+def _step(A: np.ndarray, scale: np.ndarray | None, Qu: np.ndarray, beta: float) -> np.ndarray:
+    """sum_j exp(beta A_j . q - M_q) scale_j A_j for each unit float32 query q (float64 rows)."""
+    nq, d = Qu.shape
+    n = A.shape[0]
+    M = np.full(nq, -np.inf)
+    acc = np.zeros((nq, d))
+    b = np.float32(beta)
+    for lo in range(0, n, TILE_ROWS):
+        At = A[lo:lo + TILE_ROWS]
+        S = Qu @ At.T  # float32 logits, queries x rows
+        S *= b
+        top = S.max(axis=1).astype(np.float64)
+        new = np.maximum(M, top)
+        S -= new.astype(np.float32)[:, None]  # each max a float32 value: exact
+        np.exp(S, out=S)
+        if scale is not None:
+            S *= scale[lo:lo + TILE_ROWS]
+        Y = S @ At
+        acc *= np.exp(M - new)[:, None]  # 0 for the first tile
+        acc += Y
+        M = new
+    return acc
+
+
+def read_batch(state: Any, cfg: Any, Q: np.ndarray, fast: bool) -> np.ndarray:
+    """The reconstructions (float32 (nq, d)) of a batch this applies to."""
+    n = int(state.size)
+    A = state.addresses[:n]
+    beta = float(cfg.beta)
+    if fast:
+        scale = state.norms[:n].astype(np.float32)
+        acc = _step(A, scale, _unit32(Q.astype(np.float64)), beta)
+        return _normalized(acc).astype(np.float32)
+    xi = _normalized(Q.astype(np.float64))
+    steps = np.zeros(len(Q), dtype=np.int64)
+    active = np.arange(len(Q)) if cfg.t_max > 0 else np.arange(0)
+    while active.size:
+        nxt = _normalized(_step(A, None, _unit32(xi[active]), beta))
+        old = xi[active]
+        na = np.sqrt(np.einsum("ij,ij->i", old, old))
+        nb = np.sqrt(np.einsum("ij,ij->i", nxt, nxt))
+        dots = np.einsum("ij,ij->i", old, nxt)
+        ok = (na >= _TINY) & (nb >= _TINY)
+        cos = np.where(ok, dots / np.where(ok, na * nb, 1.0), 0.0)
+        xi[active] = nxt
+        steps[active] += 1
+        keep = ~(cos > 1.0 - cfg.epsilon) & (steps[active] < cfg.t_max)
+        active = active[keep]
+    return xi.astype(np.float32)
