@@ -188,7 +188,7 @@ class State:
 
     @classmethod
     def from_snapshot(cls, dim: int, snap: Snapshot, compact: bool = False,
-                      norms: bool = False) -> "State":
+                      norms: bool = False) -> State:
         n = int(snap.ids.shape[0])
         state = cls(dim, snap.eta, 0, capacity=restore_capacity(n), compact=compact, norms=norms)
         state.ids[:n] = snap.ids
@@ -200,7 +200,7 @@ class State:
 
     @classmethod
     def adopt(cls, dim: int, snap: Snapshot, compact: bool = False,
-              norms: bool = False) -> "State":
+              norms: bool = False) -> State:
         """``from_snapshot`` that takes over the snapshot's arrays instead of copying them.
 
         For a snapshot made to be adopted: each array the first rows of a

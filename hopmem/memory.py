@@ -15,8 +15,9 @@ import dataclasses
 import math
 import os
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -487,7 +488,7 @@ class Memory:
 
     @classmethod
     def from_config(cls, config: MemoryConfig, snapshot: Snapshot | None = None,
-                    *, backend: Literal["native", "reference"] = "native") -> "Memory":
+                    *, backend: Literal["native", "reference"] = "native") -> Memory:
         """A memory with this config, empty or restored bit-exactly from a snapshot."""
         if not isinstance(config, MemoryConfig):
             raise InvalidInput(f"config: expected a MemoryConfig, got {type(config).__name__}")
@@ -651,7 +652,7 @@ class Memory:
 
     @classmethod
     def adopting(cls, config: MemoryConfig, snapshot: Snapshot,
-                 *, backend: Literal["native", "reference"] = "native") -> "Memory":
+                 *, backend: Literal["native", "reference"] = "native") -> Memory:
         """``from_config(config, snapshot)`` that takes over the snapshot's arrays (internal).
 
         For a snapshot nothing else holds (a checkpoint just loaded from disk):

@@ -39,8 +39,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from conftest import clustered
-from hopmem import EmptyMemory, Memory
-from hopmem import _kernel, _reference
+from hopmem import EmptyMemory, Memory, _kernel, _reference
 from hopmem.memory import top_k_dot
 
 # -- helpers --------------------------------------------------------------------------
