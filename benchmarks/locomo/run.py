@@ -60,7 +60,7 @@ def open_memory(conv: Conversation, encoder: CachedEncoder, path: str = ":memory
     from hopmem.agent import AgentMemory
 
     mem = AgentMemory.open(path, encoder=encoder, namespace=f"locomo-{conv.id}")
-    entries = mem.remember_many([{"text": u.text, "created_at": u.created_at, "metadata": {"dia_id": u.dia_id}}
+    entries = mem.remember_many([{"text": u.text, "created_at": u.created_at, "metadata": {"dia_id": u.dia_id, "speaker": u.speaker}}
                                  for u in conv.units], progress=False)
     merged = [(entries[i].id, u.dia_id) for i, u in enumerate(conv.units) if entries[i].merged]
     stored = mem.entries()

@@ -37,7 +37,7 @@ from .signals import collect, collect_conversation  # noqa: E402
 from .study_design import FEATURES  # noqa: E402
 from .study_verdict import SIGNALS, TARGET_FALSE_ABSTENTION  # noqa: E402
 
-EVAL = Path(__file__).resolve().parents[1] / "agent_eval"
+EVAL = Path(__file__).resolve().parents[1] / "data" / "agent_eval"
 CATEGORY = {"multi-session": 1, "temporal": 2}
 
 
