@@ -23,6 +23,7 @@ from .evidence import Evidence
 from .index import Row, source_of
 from .labels import labels_overlap, merge_labels
 from .results import Explanation, MemoryHit
+from .temporal import resolve_dates
 
 __all__ = ["ranked_lists", "fuse", "head", "pull_versions", "apply_boosts", "order_versions", "build_hits",
            "chain_end", "version_groups", "context_neighbours", "fuse_context", "CONTEXT_GAP", "CONTEXT_SEEDS",
@@ -193,7 +194,8 @@ def build_hits(rows: Mapping[int, Row], ordered_ids: Sequence[int], *, found: Ca
         hits.append(MemoryHit(entry_id=i, text=row.text, score=round(final[i], 6), band=band, explanation=expl,
                         kind=row.kind, durability=row.durability, session_id=row.session_id,
                         labels={k: list(v) for k, v in row.labels.items()}, metadata=row.metadata,
-                        created_at=row.created_at, importance=row.importance))
+                        created_at=row.created_at, importance=row.importance,
+                        dates=resolve_dates(row.text, row.created_at)))
     return hits
 
 
