@@ -59,8 +59,8 @@ class CachedEncoder:
             fingerprint = str(self._inner.fingerprint)
             if self._meta and self._meta.get("fingerprint") != fingerprint:  # another model: start afresh
                 self._vectors, self.seconds = {}, {}
-            self._meta = {"name": str(self._inner.name), "dimension": int(self._inner.dimension),
-                          "fingerprint": fingerprint}
+            dim = int(getattr(self._inner, "dim", None) or self._inner.dimension)
+            self._meta = {"name": str(self._inner.name), "dimension": dim, "fingerprint": fingerprint}
         return self._inner
 
     @property

@@ -275,7 +275,7 @@ def select_gates(gates: Mapping[str, Gate], band_gates: Mapping[str, Gate], mode
 def gate_note(gate: Gate, calibrated: bool, entries: int) -> str:
     """What a reason adds about the gate: uncalibrated, calibrated at a much smaller size, or weak."""
     if not calibrated:
-        return f"; gate not calibrated: conservative default tau={gate.tau:.2f} (call calibrate())"
+        return f"; gate not calibrated: default tau={gate.tau:.2f} (call calibrate())"
     if gate.calibrated_writes and gate.is_stale({"writes": entries, "num_locations": entries}):
         return f"; gate calibrated at {gate.calibrated_writes} entries, now {entries}: recalibrate"
     if gate.n_relevant and gate.n_irrelevant and gate.auc < WEAK_GATE_AUC:
