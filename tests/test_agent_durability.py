@@ -24,6 +24,7 @@ import sys
 import threading
 
 import pytest
+
 from crash_support import run_and_kill
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -15,8 +15,16 @@ import numpy as np
 import pytest
 
 from benchmarks.agent_eval.plot import GROUPS, abstention_bars, figure, recall_bars
-from benchmarks.agent_eval.run import CachedEncoder, build_memory, cosine_baseline, evaluate, load, make_encoder, targets
 from benchmarks.agent_eval.run import SETS as ALL_SETS
+from benchmarks.agent_eval.run import (
+    CachedEncoder,
+    build_memory,
+    cosine_baseline,
+    evaluate,
+    load,
+    make_encoder,
+    targets,
+)
 from benchmarks.agent_eval.run import main as run_main
 from benchmarks.agent_eval.scoring import CATEGORIES, bootstrap_f1, bootstrap_gap, mean_tables, score
 

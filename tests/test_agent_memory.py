@@ -16,9 +16,9 @@ from hopmem.agent import (
     LabelPolicy,
     MissingIdentity,
     RecallConfig,
+    ranking,
 )
 from hopmem.agent import keyword as kw
-from hopmem.agent import ranking
 from hopmem.agent.temporal import DAY, parse_time_hints
 from hopmem.encoders import HashingEncoder
 from hopmem.errors import IncompatibleStore, InvalidInput, NotFound
@@ -297,8 +297,8 @@ def test_adjacent_version_order_keeps_the_displaced_version_just_behind(tmp_path
 def test_order_versions_lifts_the_preferred_version_and_keeps_the_displaced_just_behind(tmp_path):
     mem, clock = make(tmp_path)
     ids = []
-    for n, text in enumerate(("User's phone is a Pixel 7.", "User's phone is now a Pixel 8.",
-                              "User's phone is now a Fairphone 5.")):
+    for text in ("User's phone is a Pixel 7.", "User's phone is now a Pixel 8.",
+                 "User's phone is now a Fairphone 5."):
         ids.append(mem.remember(text).id)
         clock.advance(DAY)
     rows = mem._rows

@@ -94,7 +94,8 @@ class AgentMemoryMachine(RuleBasedStateMachine):
           importance=st.floats(0, 1), ttl=st.one_of(st.none(), st.floats(1, 500)), twin=st.booleans())
     def remember(self, text, session, scoped, importance, ttl, twin):
         durability = "session" if scoped and session else "shared"
-        entry = self._via(twin).remember(text, session_id=session, durability=durability, importance=importance, ttl=ttl)
+        entry = self._via(twin).remember(text, session_id=session, durability=durability, importance=importance,
+                                         ttl=ttl)
         # a merge stays in its scope; a new entry is in the scope asked for
         assert entry.durability == durability
         assert entry.session_id == (session if durability == "session" else entry.session_id)

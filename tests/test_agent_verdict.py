@@ -12,12 +12,19 @@ import pytest
 
 from hopmem.agent import DEFAULT_GATES, DEFAULT_MODELS, AgentMemory, RecallConfig, VerdictModel
 from hopmem.agent.calibration import DEFAULT_MIN_COVERAGE
-from hopmem.agent.verdict import (CROSS_FIT_FOLDS, CROWD_COSINE, MARGIN_NEIGHBOURS, VERDICT_FEATURES,
-                                  cross_fitted_log_odds, fit_model, margin)
-from hopmem.gates import auc
+from hopmem.agent.verdict import (
+    CALIBRATED_FEATURES,
+    CROSS_FIT_FOLDS,
+    CROWD_COSINE,
+    MARGIN_NEIGHBOURS,
+    VERDICT_FEATURES,
+    cross_fitted_log_odds,
+    fit_model,
+    margin,
+)
 from hopmem.encoders import HashingEncoder
 from hopmem.errors import InvalidInput
-from hopmem.gates import calibrate
+from hopmem.gates import auc, calibrate
 
 ENC = HashingEncoder(384)
 
@@ -156,7 +163,11 @@ def test_verdict_model_validates_and_round_trips():
 def test_default_models_read_each_modes_features():
     for mode, features in VERDICT_FEATURES.items():
         assert DEFAULT_MODELS[mode].features == features
-        assert DEFAULT_GATES[mode].tau > 0  # strict: a positive log-odds is needed until calibrated
+        if mode != "hybrid":
+            assert DEFAULT_GATES[mode].tau > 0  # strict: a positive log-odds is needed until calibrated
+    # hybrid's default is fitted to answer (8% false abstention on the development pools), and every one
+    # of its features counts for "something relevant is remembered"
+    assert all(w > 0 for w in DEFAULT_MODELS["hybrid"].weights)
 
 
 @pytest.mark.parametrize("option", ["verdict", "margin_feature", "crowd_feature", "grounding_semantic_weight",
@@ -174,7 +185,8 @@ def test_selection_carries_the_verdict_features_and_their_log_odds(tmp_path):
     mem, _ = make(tmp_path)
     for mode in ("hybrid", "associative", "keyword"):
         sel = mem.recall("Which database does the billing service use?", mode=mode, record=False)
-        assert set(sel.features) == set(VERDICT_FEATURES[mode])
+        # the default model's features and those calibrate() fits on
+        assert set(sel.features) == set(CALIBRATED_FEATURES[mode]) | set(VERDICT_FEATURES[mode])
         assert not sel.calibrated and sel.tau == DEFAULT_GATES[mode].tau
         assert sel.statistic == pytest.approx(DEFAULT_MODELS[mode].log_odds(sel.features), abs=1e-5)
         assert "log-odds from evidence" in sel.reason
@@ -199,7 +211,7 @@ def test_calibrate_fits_and_stores_a_model_per_mode(tmp_path):
     models = mem.verdict_models
     assert set(models) == set(gates) == {"hybrid", "associative", "keyword"}
     for mode, model in models.items():
-        assert model.features == VERDICT_FEATURES[mode]
+        assert model.features == CALIBRATED_FEATURES[mode]  # calibrate fits every feature it can weigh
     assert models["hybrid"] != DEFAULT_MODELS["hybrid"] and models["associative"] != DEFAULT_MODELS["associative"]
     # no unrelated query shares a word with the memory: keyword mode has no candidates for them, nothing to
     # fit a model on, and keeps the default one (its gate still separates them from the related queries)
@@ -368,7 +380,8 @@ def test_a_stored_model_reading_fewer_features_keeps_reading_them(tmp_path):
     again = AgentMemory.open(tmp_path / "mem.db", encoder=ENC, namespace="team", clock=Clock())
     sel = again.recall("Which database does the billing service use?", record=False)
     assert again.verdict_models["hybrid"] == model and sel.calibrated
-    assert set(sel.features) == set(VERDICT_FEATURES["hybrid"])
+    computed = set(CALIBRATED_FEATURES["hybrid"]) | set(VERDICT_FEATURES["hybrid"])
+    assert set(sel.features) == computed | set(model.features)
     assert sel.statistic == pytest.approx(model.log_odds(sel.features), abs=1e-5)
     with pytest.raises(InvalidInput):  # keyword mode cannot compute a margin
         again.set_gates({"keyword": calibrate([0.3, 0.4], [0.0, 0.1])}, models={"keyword": model})

@@ -9,6 +9,8 @@
     python -m benchmarks.agent_eval.run --encoder hashing   # no model (lexical hashing encoder)
     python -m benchmarks.agent_eval.run --splits 5 --plot docs/img/agent_eval.png   # and the figure
     python -m benchmarks.agent_eval.run --data dev --fit-defaults   # the uncalibrated verdict models
+    python -m benchmarks.agent_eval.run --data test10,test11,test12,test13 --no-calibrate --no-latency   # the
+                                                                                   # defaults, no calibrate()
 
 Fifteen sets of conversations in the same format and categories (single-fact,
 multi-session, knowledge-update, temporal, identifier, abstention), about
@@ -203,7 +205,9 @@ def folds(questions: list[dict[str, Any]], seed: int = 0) -> list[list[int]]:
 
 def evaluate(mem: Any, entry_of: dict[int, str], data: dict[str, Any], cosine: Any, *, holdout: float = 0.0,
              error_budget: float | None = None, seed: int = 0, modes: tuple[str, ...] = RETRIEVERS,
-             calibrate_args: dict[str, Any] | None = None) -> dict[str, Any]:
+             calibrate_args: dict[str, Any] | None = None, calibrated: bool = True) -> dict[str, Any]:
+    """Every question under each retriever, with gates calibrated on the other fold (``calibrated``
+    False: the library's uncalibrated default gates, no ``calibrate`` call)."""
     questions = data["questions"]
     fold_idx = folds(questions, seed)
     results: dict[str, list[dict[str, Any]]] = {r: [None] * len(questions) for r in modes}  # type: ignore
@@ -213,7 +217,7 @@ def evaluate(mem: Any, entry_of: dict[int, str], data: dict[str, Any], cosine: A
         related = [questions[i]["question"] for i in calib_idx if questions[i]["answers"]]
         unrelated = [questions[i]["question"] for i in calib_idx if not questions[i]["answers"]]
         extra = {**(calibrate_args or {}), **({} if error_budget is None else {"error_budget": error_budget})}
-        gates = mem.calibrate(related, unrelated, holdout=holdout, **extra)
+        gates = mem.calibrate(related, unrelated, holdout=holdout, **extra) if calibrated else {}
         for mode, gate in gates.items():
             gates_used[mode].append(gate.tau)
         for i in evaluate_idx:
@@ -367,8 +371,9 @@ def _recall_rows(table: dict, at1: str, at5: str) -> list[str]:
 def markdown(table: dict[str, Any], lat: dict[str, Any] | None, enc_lat: dict[str, float] | None,
              meta: dict[str, Any]) -> str:
     splits = meta.get("splits", 1)
-    lines = [f"Data: {meta['data']}; encoder: {meta['encoder']}; gates: 2-fold cross-validated calibration "
-             f"(error budget {meta['error_budget']}"
+    gates = ("the library's uncalibrated defaults (no calibrate() call" if meta.get("uncalibrated")
+             else f"2-fold cross-validated calibration (error budget {meta['error_budget']}")
+    lines = [f"Data: {meta['data']}; encoder: {meta['encoder']}; gates: {gates}"
              + (f"; means over {splits} fold splits" if splits > 1 else "")
              + "); limit 5. R@k counts an abstention on an answerable question as a miss.", ""]
     header = "| category | n | " + " | ".join(f"{r} R@1 | {r} R@5" for r in RETRIEVERS) + " |"
@@ -516,6 +521,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="override a RecallConfig field (for experiments)")
     parser.add_argument("--calibrate", action="append", default=[], metavar="ARG=VALUE",
                         help="pass an argument to AgentMemory.calibrate (for experiments), e.g. min_coverage=0.95")
+    parser.add_argument("--no-calibrate", action="store_true",
+                        help="no calibrate() call: the library's default verdict models and gates")
     parser.add_argument("--fit-defaults", action="store_true",
                         help="fit the uncalibrated verdict models and gates (hopmem.agent.verdict.DEFAULT_MODELS and "
                              "DEFAULT_GATES) on every question of --data (use dev) at error budget 0.1, print them "
@@ -554,7 +561,8 @@ def main(argv: list[str] | None = None) -> int:
             mem, entry_of, _ = build_memory(os.path.join(tmp, f"eval{k}.db"), encoder, data, config)
             cosine = cosine_baseline(encoder, data)
             per_set.append([evaluate(mem, entry_of, data, cosine, error_budget=args.error_budget,
-                                     seed=args.seed + n, calibrate_args=parse_overrides(args.calibrate))
+                                     seed=args.seed + n, calibrate_args=parse_overrides(args.calibrate),
+                                     calibrated=not args.no_calibrate)
                             for n in range(args.splits)])
             if args.sweep:
                 budgets = [float(b) for b in args.sweep.split(",") if b.strip()]
@@ -578,6 +586,7 @@ def main(argv: list[str] | None = None) -> int:
         from hopmem.agent import AgentMemory
         budget = inspect.signature(AgentMemory.calibrate).parameters["error_budget"].default
     meta = {"encoder": inner.name, "error_budget": budget, "gates": ev["gates"], "data": args.data,
+            "uncalibrated": args.no_calibrate,
             "questions": len(data["questions"]), "splits": args.splits, "seed": args.seed}
     print(markdown(table, lat, enc_lat, meta))
     if sweep_table:

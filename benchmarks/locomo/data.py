@@ -66,7 +66,7 @@ class Conversation:
 def _session_time(raw: str) -> float:
     """ "1:56 pm on 8 May, 2023" -> POSIX seconds (UTC)."""
     stamp = dt.datetime.strptime(raw.strip(), "%I:%M %p on %d %B, %Y")
-    return stamp.replace(tzinfo=dt.timezone.utc).timestamp()
+    return stamp.replace(tzinfo=dt.UTC).timestamp()
 
 
 _EVIDENCE = re.compile(r"D\s*:?\s*(\d+)\s*:\s*(\d+)")

@@ -48,9 +48,8 @@ from tqdm import tqdm  # noqa: E402
 
 from .baselines import BM25, dense_ranking, order, rrf  # noqa: E402
 from .cache import CachedEncoder, default_cache_dir, make_encoder  # noqa: E402
-from .data import CATEGORIES, Conversation, Question, load_folder  # noqa: E402
-from .metrics import (abstention_scores, cluster_bootstrap, evidence_recall, hit, percentiles,  # noqa: E402
-                      record_bootstrap, summary)
+from .data import CATEGORIES, Conversation, load_folder  # noqa: E402
+from .metrics import abstention_scores, cluster_bootstrap, evidence_recall, hit, percentiles, record_bootstrap, summary  # noqa: E402
 
 SYSTEMS = ("agent", "agent_rank", "bm25", "dense", "rrf")
 
@@ -60,7 +59,8 @@ def open_memory(conv: Conversation, encoder: CachedEncoder, path: str = ":memory
     from hopmem.agent import AgentMemory
 
     mem = AgentMemory.open(path, encoder=encoder, namespace=f"locomo-{conv.id}")
-    entries = mem.remember_many([{"text": u.text, "created_at": u.created_at, "metadata": {"dia_id": u.dia_id}}
+    entries = mem.remember_many([{"text": u.text, "created_at": u.created_at,
+                                  "metadata": {"dia_id": u.dia_id, "speaker": u.speaker}}
                                  for u in conv.units], progress=False)
     merged = [(entries[i].id, u.dia_id) for i, u in enumerate(conv.units) if entries[i].merged]
     stored = mem.entries()
@@ -171,7 +171,7 @@ def report(out: dict[str, Any]) -> str:
         r = entry[f"recall@{k}"]
         lo, hi = r["ci95_conversations"]
         lines.append(f"| {name} | {_fmt(r)} | [{lo:.3f}, {hi:.3f}] | {_fmt(entry[f'hit@{k}'])} |")
-    lines += ["", f"| category (n) | " + " | ".join(SYSTEMS) + " |", "|---|" + "---|" * len(SYSTEMS)]
+    lines += ["", "| category (n) | " + " | ".join(SYSTEMS) + " |", "|---|" + "---|" * len(SYSTEMS)]
     for label, entry in out["by_category"].items():
         lines.append(f"| {label} ({entry['n']}) | " + " | ".join(
             f"{entry[name][f'recall@{k}']['mean']:.3f}" for name in SYSTEMS) + " |")

@@ -16,7 +16,10 @@ Precision needs a person: ``--show`` prints a seeded sample of flagged pairs
 (``--sample``, default 100) for hand-checking; ``--labels FILE`` reads the
 verdicts (``{"conv:D1:2>D3:4": true, ...}``, ids only, no conversation text)
 and reports precision with a 95% interval. The labels of the development
-conversations are kept in ``dedup_labels.json`` beside this script.
+conversations are kept in ``dedup_labels.json`` beside this script; the
+labelled pairs were sampled from what an earlier version flagged, so
+``labelled_pairs_still_flagged`` reports which of them the current library
+still flags (and how many flagged pairs no label covers).
 """
 
 from __future__ import annotations
@@ -58,7 +61,8 @@ def pairs(conv: Any, encoder: Any) -> list[dict[str, Any]]:
     unit = {u.dia_id: u for u in conv.units}
     out = []
     with AgentMemory.open(":memory:", encoder=encoder, namespace=f"locomo-{conv.id}") as mem:
-        entries = mem.remember_many([{"text": u.text, "created_at": u.created_at, "metadata": {"dia_id": u.dia_id}}
+        entries = mem.remember_many([{"text": u.text, "created_at": u.created_at,
+                                      "metadata": {"dia_id": u.dia_id, "speaker": u.speaker}}
                                      for u in conv.units], progress=False)
         first: dict[int, Any] = {}
         for u, e in zip(conv.units, entries):
@@ -147,11 +151,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.show:
         for r in sample:
             print(f"{r['key']} [{r['kind']}, same speaker {r['same_speaker']}, {r['days']:.1f} days, "
-                  f"small talk {r['small_talk']}, cue {r['cue']}]\n  OLD {r['old_text'][:160]}\n  NEW {r['new_text'][:160]}")
+                  f"small talk {r['small_talk']}, cue {r['cue']}]\n"
+                  f"  OLD {r['old_text'][:160]}\n  NEW {r['new_text'][:160]}")
     labels_path = Path(args.labels)
     if labels_path.is_file():
         labels = json.loads(labels_path.read_text())
         checked = [r for r in sample if r["key"] in labels]
+        flagged = {r["key"]: r for r in rows}
+        out["labelled_pairs_still_flagged"] = {
+            "labelled": len(labels), "correct_labelled": sum(labels.values()),
+            "still_flagged": precision([labels[k] for k in labels if k in flagged]),
+            "correct_still_flagged": sum(1 for k, ok in labels.items() if ok and k in flagged),
+            "flagged_unlabelled": sum(1 for k in flagged if k not in labels),
+        }
         out["hand_checked"] = {
             "today": precision([labels[r["key"]] for r in checked]),
             "today_merge": precision([labels[r["key"]] for r in checked if r["kind"] == "merge"]),

@@ -150,7 +150,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     result: dict[str, Any] = {
         "features": list(FEATURES), "context_turns": not args.no_context,
         "e2e_recall@5": {**summary([r["recall"] for r in ans]), "ci95_conversations": list(cluster_bootstrap(
-            [[r for r in g if r["category"] > 0] for g in groups], lambda rs: float(np.mean([r["recall"] for r in rs]))))},
+            [[r for r in g if r["category"] > 0] for g in groups],
+            lambda rs: float(np.mean([r["recall"] for r in rs]))))},
         "ranking_recall@5": summary([r["rank_recall"] for r in ans]),
         "by_category": {label: {"e2e": summary([r["recall"] for r in ans if r["category"] == cat]),
                                 "ranking": summary([r["rank_recall"] for r in ans if r["category"] == cat])}

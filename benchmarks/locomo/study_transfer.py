@@ -37,7 +37,7 @@ from .signals import collect, collect_conversation  # noqa: E402
 from .study_design import FEATURES  # noqa: E402
 from .study_verdict import SIGNALS, TARGET_FALSE_ABSTENTION  # noqa: E402
 
-EVAL = Path(__file__).resolve().parents[1] / "agent_eval"
+EVAL = Path(__file__).resolve().parents[1] / "data" / "agent_eval"
 CATEGORY = {"multi-session": 1, "temporal": 2}
 
 
@@ -89,8 +89,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     rows = [r for r in rows if r["conversation"] in args.sets.split(",")]
     ans = np.array([r["category"] > 0 for r in rows])
-    out: dict[str, Any] = {"sets": args.sets.split(","), "answerable": int(ans.sum()), "unanswerable": int((~ans).sum()),
-                           "features": {}}
+    out: dict[str, Any] = {"sets": args.sets.split(","), "answerable": int(ans.sum()),
+                           "unanswerable": int((~ans).sum()), "features": {}}
     for name in (*FEATURES, "default log-odds (today)"):
         s = np.array([SIGNALS[name](r) for r in rows])
         out["features"][name] = {"auc_here": auc(s[ans], s[~ans])}

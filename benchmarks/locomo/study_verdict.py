@@ -31,7 +31,7 @@ import math
 import os
 import sys
 from collections.abc import Callable, Sequence
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,7 @@ TARGET_FALSE_ABSTENTION = 0.10
 K = 5
 
 
-@lru_cache(maxsize=None)
+@cache
 def _stems(text: str) -> frozenset[str]:
     from hopmem.agent.keyword import query_terms, stem
 
@@ -209,7 +209,8 @@ def study(rows: list[dict]) -> dict[str, Any]:
     probes = [r for r in rows if r["category"] < 0]
     ans = np.array([r["category"] > 0 for r in questions])
     results: dict[str, Any] = {"n_answerable": int(ans.sum()), "n_never_mentioned": int((~ans).sum()),
-                               "rank_recall@5": float(np.mean([rank_recall(r) for r in questions if r["category"] > 0])),
+                               "rank_recall@5": float(np.mean([rank_recall(r) for r in questions
+                                                               if r["category"] > 0])),
                                "signals": {}, "combinations": {}}
     today = np.array([not r["abstained"] for r in questions])
     results["today"] = {"false_abstention": float(1 - today[ans].mean()),
@@ -219,7 +220,8 @@ def study(rows: list[dict]) -> dict[str, Any]:
         p = np.array([fn(r) for r in probes])
         a = auc(s[ans], s[~ans])
         idx = np.arange(len(s))
-        lo, hi = record_bootstrap(list(idx), lambda ii: auc(s[[i for i in ii if ans[i]]], s[[i for i in ii if not ans[i]]]),
+        lo, hi = record_bootstrap(list(idx),
+                                  lambda ii: auc(s[[i for i in ii if ans[i]]], s[[i for i in ii if not ans[i]]]),
                                   n=300)
         per_conv = [auc(s[[i for i, r in enumerate(questions) if r["conversation"] == c and ans[i]]],
                         s[[i for i, r in enumerate(questions) if r["conversation"] == c and not ans[i]]])
@@ -259,16 +261,16 @@ def table(results: dict[str, Any]) -> str:
              "|---|---|---|---|---|---|---|---|"]
     for name, v in results["signals"].items():
         lo_, hi_ = v["auc_ci95"]
-        l, sb = v["loco"], v["self_balanced"]
-        lines.append(f"| {name} | {v['auc']:.3f} [{lo_:.3f}, {hi_:.3f}] | {l['false_abstention']:.3f} | "
-                     f"{l['never_mentioned_abstention']:.3f} | {l['f1']:.3f} | {l['e2e_recall@5']:.3f} | "
-                     f"{l['multihop_e2e_recall@5']:.3f} | {sb['false_abstention']:.3f} / "
+        loco, sb = v["loco"], v["self_balanced"]
+        lines.append(f"| {name} | {v['auc']:.3f} [{lo_:.3f}, {hi_:.3f}] | {loco['false_abstention']:.3f} | "
+                     f"{loco['never_mentioned_abstention']:.3f} | {loco['f1']:.3f} | {loco['e2e_recall@5']:.3f} | "
+                     f"{loco['multihop_e2e_recall@5']:.3f} | {sb['false_abstention']:.3f} / "
                      f"{sb['never_mentioned_abstention']:.3f} / {sb['e2e_recall@5']:.3f} |")
     for name, v in results["combinations"].items():
-        l, sb = v["loco"], v["self_balanced"]
-        lines.append(f"| logistic: {name} | {v['auc_loco_model']:.3f} (LOCO model) | {l['false_abstention']:.3f} | "
-                     f"{l['never_mentioned_abstention']:.3f} | {l['f1']:.3f} | {l['e2e_recall@5']:.3f} | "
-                     f"{l['multihop_e2e_recall@5']:.3f} | {sb['false_abstention']:.3f} / "
+        loco, sb = v["loco"], v["self_balanced"]
+        lines.append(f"| logistic: {name} | {v['auc_loco_model']:.3f} (LOCO model) | {loco['false_abstention']:.3f} | "
+                     f"{loco['never_mentioned_abstention']:.3f} | {loco['f1']:.3f} | {loco['e2e_recall@5']:.3f} | "
+                     f"{loco['multihop_e2e_recall@5']:.3f} | {sb['false_abstention']:.3f} / "
                      f"{sb['never_mentioned_abstention']:.3f} / {sb['e2e_recall@5']:.3f} |")
     return "\n".join(lines)
 

@@ -23,12 +23,20 @@ import numpy as np
 
 from .._deprecation import rename_keywords
 from ..errors import InvalidInput
-from ..gates import Gate, auc, calibrate as calibrate_scores
+from ..gates import Gate, auc
+from ..gates import calibrate as calibrate_scores
 from .config import RECALL_MODES
 from .recall import RecallMixin
 from .results import Selection
-from .verdict import DEFAULT_MODELS, MODE_FEATURES, VERDICT_FEATURES, VerdictModel, cross_fitted_log_odds, fit_model, \
-    select_gates
+from .verdict import (
+    CALIBRATED_FEATURES,
+    DEFAULT_MODELS,
+    MODE_FEATURES,
+    VerdictModel,
+    cross_fitted_log_odds,
+    fit_model,
+    select_gates,
+)
 
 __all__ = ["CalibrationMixin", "DEFAULT_MIN_COVERAGE"]
 
@@ -158,7 +166,7 @@ class CalibrationMixin(RecallMixin):
         rel_scores: Iterable[float]
         unrel_scores: Iterable[float]
         if rel_features and unrel_features:
-            features = VERDICT_FEATURES[mode]
+            features = CALIBRATED_FEATURES[mode]
             model = fit_model(features, rel_features, unrel_features)
             rel_scores, unrel_scores = cross_fitted_log_odds(features, rel_features, unrel_features, seed=seed)
         else:  # nothing to fit: the default model never saw these queries, so its log-odds are fair

@@ -125,12 +125,16 @@ class RecallConfig:
         entries.
     dedup_cosine : float
         A new statement of the same kind whose cosine with an existing one
-        reaches this (and with the same value tokens) is merged into it
-        instead of stored twice. Above 1 disables merging.
+        reaches this (and with the same value tokens), made within an hour
+        of it (``hopmem.agent.writes.NEAR_DUPLICATE_WINDOW``), is merged into
+        it instead of stored twice. Above 1 disables merging (the same text
+        in the same scope is always merged).
     supersede_cosine : float
         A new statement phrased as a change (``update_cues``) supersedes its
         most similar current statement of the same kind and scope when their
-        cosine reaches this. Above 1 disables supersession.
+        cosine reaches this; conversation turns (statements whose metadata
+        name a ``"speaker"`` or ``"source"``) are left out. Above 1 disables
+        automatic supersession (``supersedes=`` still works).
     update_cues : str or None
         Regular expression (case-insensitive) of the words that phrase a
         statement as a change (default :data:`DEFAULT_UPDATE_CUES`, English).
@@ -161,6 +165,14 @@ class RecallConfig:
         for "renovation"), so an everyday word the memory lacks weighs less
         than a specific one. The default verdict models are fitted for 7.0:
         recalibrate after changing it.
+    context_weight : float
+        Weight (in [0, 1]) of the conversational context in hybrid mode's ranking: the
+        entries stored just before and after the first three hits (same
+        scope, within ``hopmem.agent.ranking.CONTEXT_GAP`` seconds, two on
+        each side) are fused into the hits' order as one more list, by
+        reciprocal rank fusion at this weight, the first two hits keeping
+        their places. A reply ("Yes, twice!") is found through the turn it
+        answers. 0 turns it off.
     """
 
     beta: float = 30.0
@@ -185,6 +197,7 @@ class RecallConfig:
     rebuild_dead_fraction: float = 0.2
     part_weight: float = 0.5
     novelty_ceiling: float = 7.0
+    context_weight: float = 0.5
 
     def __post_init__(self) -> None:
         for name in ("beta", "rrf_k", "bm25_half"):
@@ -195,7 +208,8 @@ class RecallConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidInput(f"{name}: expected an int >= 1, got {value!r}")
-        for name in ("floor_ratio", "rare_fraction", "rebuild_dead_fraction", "common_fraction", "part_weight"):
+        for name in ("floor_ratio", "rare_fraction", "rebuild_dead_fraction", "common_fraction", "part_weight",
+                     "context_weight"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
                 raise InvalidInput(f"{name}: expected a number in [0, 1], got {value!r}")

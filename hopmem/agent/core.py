@@ -33,7 +33,7 @@ from .config import RECALL_MODES, RecallConfig
 from .encoding import encode_batches, encoder_record, is_encoder, space_centerer
 from .events import EventBus, MemoryEvent
 from .index import Partition, Row, value_tokens
-from .labels import LabelPolicy, Labeler
+from .labels import Labeler, LabelPolicy
 from .results import Entry
 from .retention import DEFAULT_KINDS, ForgettingPolicy, KindPolicy, retention, utility
 from .store import AgentStore, blob_vector

@@ -51,7 +51,8 @@ class EventBus:
         self._lock = threading.Lock()
         self._subscribers: list[tuple[Callable[[MemoryEvent], Any], frozenset[str] | None]] = []
 
-    def subscribe(self, callback: Callable[[MemoryEvent], Any], types: Iterable[str] | None = None) -> Callable[[], None]:
+    def subscribe(self, callback: Callable[[MemoryEvent], Any],
+                  types: Iterable[str] | None = None) -> Callable[[], None]:
         """Call ``callback`` for every event (or only those of ``types``); returns an unsubscribe function."""
         if not callable(callback):
             raise TypeError(f"callback: expected a callable, got {type(callback).__name__}")

@@ -7,12 +7,14 @@ max(f, 0) * cos(r, e)``, ``path = max(semantic, associative)``, and ``keyword
 (:func:`lexical_scorer`). A candidate's evidence is ``path + keyword_weight *
 keyword`` in hybrid mode, ``path`` in associative mode and ``keyword`` in
 keyword mode. :func:`novelty` measures how much of the query the memory has
-never seen.
+never seen; :func:`content_share` how much of its specific vocabulary the
+best candidates contain.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -22,7 +24,16 @@ from .config import RecallConfig
 from .english import zipf
 from .index import Partition, Row
 
-__all__ = ["Evidence", "lexical_scorer", "novelty"]
+__all__ = ["Evidence", "lexical_scorer", "novelty", "content_words", "content_share", "EVERYDAY_ZIPF",
+           "CONTENT_WEIGHT_CEILING", "CONTENT_WEIGHT_MIN"]
+
+#: A word at least this frequent in English (Zipf) is everyday vocabulary, not what a question is about.
+EVERYDAY_ZIPF = 6.0
+#: A content word weighs ``max(CONTENT_WEIGHT_MIN, CONTENT_WEIGHT_CEILING - zipf)`` in :func:`content_share`:
+#: a rare word the candidates lack says more than a common one.
+CONTENT_WEIGHT_CEILING = 7.0
+CONTENT_WEIGHT_MIN = 0.5
+_CONTENT_WORD = re.compile(r"[a-z][a-z'-]*[a-z]")
 
 
 def lexical_scorer(terms: Sequence[str], parts: Sequence[Partition]) -> Callable[[Row], float]:
@@ -75,6 +86,46 @@ def novelty(terms: Sequence[str], parts: Sequence[Partition], ceiling: float) ->
         if df == 0:
             unknown += weight
     return unknown / total if total > 0 else 0.0
+
+
+def content_words(text: str) -> list[str]:
+    """The specific words of a question: lowercase words of 3+ letters (a trailing ``'s`` dropped) that are
+    neither stop words nor everyday English (Zipf >= :data:`EVERYDAY_ZIPF`), in order, once each."""
+    out: list[str] = []
+    for w in _CONTENT_WORD.findall(text.lower()):
+        if w.endswith("'s"):
+            w = w[:-2]
+        if len(w) < 3 or w in kw.STOP_WORDS or w in out or zipf(w) >= EVERYDAY_ZIPF:
+            continue
+        out.append(w)
+    return out
+
+
+def content_share(words: Sequence[str], found: Iterable[Row], parts: Sequence[Partition],
+                  common_fraction: float) -> float:
+    """The weighted share of the question's content ``words`` (:func:`content_words`) that the entries
+    ``found`` (the best candidates) contain, matched by the light stemmer; 1 without content words.
+
+    A word weighs ``max(CONTENT_WEIGHT_MIN, CONTENT_WEIGHT_CEILING - zipf)``.
+    In a memory of 200 visible entries or more, a word found in more than
+    ``common_fraction`` of them is left out, as the keyword search leaves it
+    out (:func:`hopmem.agent.candidates.selective_terms`): in a conversation
+    that is a speaker's name, which says nothing about the question's subject.
+    """
+    n = sum(p.live for p in parts)
+    kept = []
+    for w in words:
+        st = kw.stem(w)
+        if n >= 200 and sum(p.df.get(st, 0) for p in parts) > common_fraction * n:
+            continue
+        kept.append((st, max(CONTENT_WEIGHT_MIN, CONTENT_WEIGHT_CEILING - zipf(w))))
+    if not kept:
+        return 1.0
+    stems: set[str] = set()
+    for row in found:
+        stems.update(row.stems)
+    total = sum(wt for _, wt in kept)
+    return sum(wt for st, wt in kept if st in stems) / total
 
 
 class Evidence:

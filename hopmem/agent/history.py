@@ -245,7 +245,7 @@ class RememberingRunner:
                 self.last_entries.append(self.memory.remember(text, **item))
             self.memory.publish("extracted", self.session_id, count=len(self.last_entries),
                                 texts=[e.text for e in self.last_entries], dropped=max(0, dropped))
-        except Exception as exc:  # memory is an enhancement: never break a good answer
+        except Exception as exc:  # noqa: BLE001 - memory is an enhancement: never break a good answer
             logger.warning("hopmem.agent: extraction failed; the run's result is kept: %s", exc)
             try:
                 self.memory.publish("extraction_failed", self.session_id, error=repr(exc),

@@ -13,7 +13,21 @@ import numpy as np
 from ..memory import Memory
 from . import keyword as kw
 
-__all__ = ["Row", "Partition", "value_tokens"]
+__all__ = ["Row", "Partition", "value_tokens", "SOURCE_KEYS", "source_of"]
+
+#: Metadata keys that name who or what a statement came from (the first one present counts). A statement
+#: with a source is a conversation turn: it merges only with the same source's statements, is never
+#: superseded automatically, and brings its neighbouring turns into the ranking as context.
+SOURCE_KEYS = ("speaker", "source")
+
+
+def source_of(metadata: Any) -> Any:
+    """The source a statement's metadata names (:data:`SOURCE_KEYS`), or None."""
+    if isinstance(metadata, dict):
+        for key in SOURCE_KEYS:
+            if key in metadata:
+                return metadata[key]
+    return None
 
 
 class Row:

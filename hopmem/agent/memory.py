@@ -65,11 +65,10 @@ from ..centering import Centerer
 from ..encoders import Encoder
 from ..errors import InvalidInput
 from .calibration import CalibrationMixin
-from .config import DEFAULT_RRF_WEIGHTS, DEFAULT_UPDATE_CUES, DURABILITIES  # noqa: F401 (importable from here)
-from .config import RECALL_MODES, RecallConfig
+from .config import DEFAULT_RRF_WEIGHTS, DEFAULT_UPDATE_CUES, DURABILITIES, RECALL_MODES, RecallConfig  # noqa: F401 (importable from here)
 from .events import EVENT_TYPES, MemoryEvent
 from .feedback import FeedbackMixin
-from .labels import LabelPolicy, Labeler
+from .labels import Labeler, LabelPolicy
 from .maintenance import MaintenanceMixin
 from .results import Entry, Explanation, MemoryHit, Selection
 from .retention import ForgettingPolicy, KindPolicy
@@ -119,7 +118,7 @@ class AgentMemory(WritesMixin, CalibrationMixin, FeedbackMixin, MaintenanceMixin
         day_zero: float | None = None,
         receipt_ttl: float | _dt.timedelta = 3600.0,
         max_receipts: int = 1000,
-    ) -> "AgentMemory":
+    ) -> AgentMemory:
         """Open (or create) the memory at ``path`` for ``namespace``.
 
         Parameters
@@ -178,7 +177,7 @@ class AgentMemory(WritesMixin, CalibrationMixin, FeedbackMixin, MaintenanceMixin
             self._closed = True
             self._store.close()
 
-    def __enter__(self) -> "AgentMemory":
+    def __enter__(self) -> AgentMemory:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -191,7 +190,8 @@ class AgentMemory(WritesMixin, CalibrationMixin, FeedbackMixin, MaintenanceMixin
         state = "closed" if self._closed else f"{len(self._rows)} entries"
         return f"AgentMemory({self._store.path!r}, namespace={self.namespace!r}, {state})"
 
-    def subscribe(self, callback: Callable[[MemoryEvent], Any], types: Iterable[str] | None = None) -> Callable[[], None]:
+    def subscribe(self, callback: Callable[[MemoryEvent], Any],
+                  types: Iterable[str] | None = None) -> Callable[[], None]:
         """Subscribe to events (see :mod:`hopmem.agent.events`); returns an unsubscribe function."""
         return self.events.subscribe(callback, types)
 

@@ -5,11 +5,14 @@ scores are never averaged across retrievers. On the head of the fused ranking,
 the other end of an admitted entry's supersession chain is pulled in on its own
 evidence, multiplicative boosts (labels, utility, retention, recency, time
 window) reorder, and versions of one fact trade places (newest first, or oldest
-first when the query asks for an earlier state). Nothing here admits a hit.
+first when the query asks for an earlier state). Last, the conversational
+context of the first hits (:func:`context_neighbours`) is fused into the order
+(:func:`fuse_context`). Nothing here decides the verdict.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 from ..gates import Gate
@@ -17,12 +20,23 @@ from . import keyword as kw
 from .candidates import Candidates
 from .config import RecallConfig
 from .evidence import Evidence
-from .index import Row
+from .index import Row, source_of
 from .labels import labels_overlap, merge_labels
 from .results import Explanation, MemoryHit
+from .temporal import resolve_dates
 
 __all__ = ["ranked_lists", "fuse", "head", "pull_versions", "apply_boosts", "order_versions", "build_hits",
-           "chain_end", "version_groups"]
+           "chain_end", "version_groups", "context_neighbours", "fuse_context", "CONTEXT_GAP", "CONTEXT_SEEDS",
+           "CONTEXT_PER_SIDE", "CONTEXT_KEEP"]
+
+#: Entries created at most this many seconds before or after a hit can be its context.
+CONTEXT_GAP = 3600.0
+#: How many of the first hits bring their context in.
+CONTEXT_SEEDS = 3
+#: How many entries on each side of a hit are its context.
+CONTEXT_PER_SIDE = 2
+#: The first hits that keep their places when the context is fused in.
+CONTEXT_KEEP = 2
 
 
 def ranked_lists(found: Candidates, evidence: Evidence, in_window: Collection[int]) -> dict[str, list[int]]:
@@ -180,7 +194,8 @@ def build_hits(rows: Mapping[int, Row], ordered_ids: Sequence[int], *, found: Ca
         hits.append(MemoryHit(entry_id=i, text=row.text, score=round(final[i], 6), band=band, explanation=expl,
                         kind=row.kind, durability=row.durability, session_id=row.session_id,
                         labels={k: list(v) for k, v in row.labels.items()}, metadata=row.metadata,
-                        created_at=row.created_at, importance=row.importance))
+                        created_at=row.created_at, importance=row.importance,
+                        dates=resolve_dates(row.text, row.created_at)))
     return hits
 
 
@@ -237,3 +252,60 @@ def version_groups(rows: Mapping[int, Row], ids: Sequence[int]) -> list[list[int
     for i in ids:
         groups.setdefault(find(i), []).append(i)
     return [g for g in groups.values() if len(g) > 1]
+
+
+def context_neighbours(rows: Mapping[int, Row], by_time: Sequence[tuple[float, int]], seeds: Sequence[int],
+                       visible: Callable[[int], bool], gap: float = CONTEXT_GAP,
+                       per_side: int = CONTEXT_PER_SIDE) -> list[tuple[int, int]]:
+    """The turns stored just before and after each seed: ``(entry, seed)`` pairs, best first.
+
+    Only conversation turns have context: for each seed whose metadata names
+    its source (:func:`~hopmem.agent.index.source_of`), in order, the nearest
+    visible turns of its scope created within ``gap`` seconds of it,
+    alternating sides (before, after, second before, second after), each
+    entry once and never a seed. Statements without a source (facts an
+    application writes one by one) are not each other's context.
+    """
+    out: list[tuple[int, int]] = []
+    taken = set(seeds)
+    for seed in seeds:
+        row = rows[seed]
+        if source_of(row.metadata) is None:
+            continue
+        at = bisect.bisect_left(by_time, (row.created_at, seed))
+        sides: list[list[int]] = []
+        for step in (-1, 1):
+            found: list[int] = []
+            j = at + step
+            while 0 <= j < len(by_time) and len(found) < per_side:
+                t, i = by_time[j]
+                if abs(t - row.created_at) > gap:
+                    break
+                other = rows.get(i)
+                if (other is not None and other.part == row.part and source_of(other.metadata) is not None
+                        and visible(i)):
+                    found.append(i)
+                j += step
+            sides.append(found)
+        for k in range(per_side):
+            for side in sides:
+                if k < len(side) and side[k] not in taken:
+                    taken.add(side[k])
+                    out.append((side[k], seed))
+    return out
+
+
+def fuse_context(order: Sequence[int], context: Sequence[int], weight: float, rrf_k: float,
+                 keep: int = CONTEXT_KEEP) -> list[int]:
+    """``order`` (the hits, best first) and ``context`` (:func:`context_neighbours`' entries) fused by
+    reciprocal rank fusion, ``context`` weighing ``weight`` against ``order``'s 1; the first ``keep`` of
+    ``order`` stay first. Ties keep ``order``'s order."""
+    score: dict[int, float] = {}
+    for r, i in enumerate(order, 1):
+        score[i] = score.get(i, 0.0) + 1.0 / (rrf_k + r)
+    for r, i in enumerate(context, 1):
+        score[i] = score.get(i, 0.0) + weight / (rrf_k + r)
+    position = {i: n for n, i in enumerate([*order, *context])}
+    head = list(order[:keep])
+    rest = sorted((i for i in score if i not in head), key=lambda i: (-score[i], position[i]))
+    return head + rest

@@ -14,7 +14,7 @@ import functools
 import logging
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -26,14 +26,23 @@ from . import ranking
 from .candidates import gather
 from .config import RECALL_MODES
 from .core import MemoryCore
-from .evidence import Evidence, lexical_scorer
+from .evidence import Evidence, content_words, lexical_scorer
 from .index import Row
 from .labels import labels_match
 from .parts import split_parts
 from .results import MemoryHit, Selection
 from .temporal import TimeHints, parse_time_hints
 from .validation import identity, statement
-from .verdict import abstention_reason, admission_reason, admit, admit_parts, decide, gate_note, select_gates
+from .verdict import (
+    abstention_reason,
+    admission_reason,
+    admit,
+    admit_parts,
+    decide,
+    gate_note,
+    ranking_features,
+    select_gates,
+)
 
 __all__ = ["RecallMixin"]
 
@@ -87,7 +96,7 @@ class RecallMixin(MemoryCore):
         if self.labeler is not None and self.config.label_boost > 0:
             try:
                 query_labels = self.label_policy.normalise(self.labeler(text), strict=False)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - a user's labeller failing costs the labels, not the recall
                 logger.warning("hopmem.agent: labeller failed on a query: %s", exc)
         with self._lock:
             self._check_open()
@@ -216,8 +225,17 @@ class RecallMixin(MemoryCore):
             part_evidence.append(pe)
         # the verdict is the whole question's: over its own candidates, as calibrated
         own = sorted(found.ids) if part_found and found.ids else cand
-        verdict = decide(mode, cfg, gate, model, evidence, own, found.novelty)
         in_window = set(found.window_ids)
+        ev = evidence.value
+        lists = ranking.ranked_lists(found, evidence, in_window)
+        ranks, fused = ranking.fuse(lists, cand, cfg)
+        ranked = None
+        if mode == "hybrid":  # the verdict reads the whole question's fused ranking of its own candidates
+            own_ranks, own_fused = (ranks, fused) if own is cand else ranking.fuse(lists, own, cfg)
+            fused_order = sorted(own, key=lambda i: (-own_fused[i], -ev[i], i))
+            ranked = ranking_features(fused_order, own_ranks, self._rows, content_words(text), parts,
+                                      cfg.common_fraction)
+        verdict = decide(mode, cfg, gate, model, evidence, own, found.novelty, ranked)
         admitted = admit(cand, evidence, verdict, band_gate, found.exact, in_window, admit_all)
         if verdict.passes:
             admit_parts(admitted, cand, part_evidence, cfg.floor_ratio)
@@ -226,11 +244,10 @@ class RecallMixin(MemoryCore):
                              statistic=verdict.statistic, evidence=verdict.best_evidence,
                              features=verdict.features), expired_out
 
-        ev = evidence.value
-        lists = ranking.ranked_lists(found, evidence, in_window)
-        for n, ((_, pf), pe) in enumerate(zip(part_found, part_evidence), start=1):
-            lists.update({f"part {n}:{name}": ids for name, ids in ranking.ranked_lists(pf, pe, ()).items()})
-        ranks, fused = ranking.fuse(lists, cand, cfg)
+        if part_found:
+            for n, ((_, pf), pe) in enumerate(zip(part_found, part_evidence), start=1):
+                lists.update({f"part {n}:{name}": ids for name, ids in ranking.ranked_lists(pf, pe, ()).items()})
+            ranks, fused = ranking.fuse(lists, cand, cfg)
         admitted = ranking.head(admitted, fused, ev, found.exact, limit)
         order = hints.order or "recent"
         via = ranking.pull_versions(self._rows, admitted, order, visible, evidence, ranks, fused, verdict.floor)
@@ -242,7 +259,11 @@ class RecallMixin(MemoryCore):
         # an entry matched by an exact token keeps its place
         ranking.order_versions(self._rows, [i for i in admitted if i not in found.exact and ev[i] >= verdict.floor],
                                order, final, boosts)
-        ordered_ids = sorted(admitted, key=lambda i: (-final[i], -ev[i], i))[:limit]
+        ordered_ids = sorted(admitted, key=lambda i: (-final[i], -ev[i], i))
+        if mode == "hybrid" and cfg.context_weight > 0 and (verdict.passes or admit_all):
+            ordered_ids = self._with_context(ordered_ids, limit, visible, evidence, admitted, ranks, fused, final,
+                                             boosts)
+        ordered_ids = ordered_ids[:limit]
         hits = ranking.build_hits(self._rows, ordered_ids, found=found, evidence=evidence, admitted=admitted,
                                   ranks=ranks, fused=fused, final=final, boosts=boosts, via=via, in_window=in_window,
                                   band_gate=band_gate, use_keywords=use_keywords)
@@ -250,7 +271,41 @@ class RecallMixin(MemoryCore):
         return selection(hits=tuple(hits), abstained=False, reason=reason + suffix, statistic=verdict.statistic,
                          evidence=verdict.best_evidence, features=verdict.features), expired_out
 
-    def rank(self, text: str, *, session_id: str | None = None, limit: int = 10, mode: str = "hybrid") -> list[MemoryHit]:
+    def _with_context(self, ordered: list[int], limit: int, visible: Callable[[int], bool], evidence: Evidence,
+                      admitted: dict[int, str], ranks: dict[int, dict[str, int]], fused: dict[int, float],
+                      final: dict[int, float], boosts: dict[int, dict[str, float]]) -> list[int]:
+        """The hits' order with the entries stored next to the first hits fused in
+        (``RecallConfig.context_weight``); an entry that only the context brings is admitted as such.
+
+        Scores follow the new order: an entry moved above a better-scored one takes a score just below the
+        hit before it (its ``context`` boost says by how much).
+        """
+        context = ranking.context_neighbours(self._rows, self._by_time, ordered[:ranking.CONTEXT_SEEDS], visible)
+        if not context:
+            return ordered
+        new_order = ranking.fuse_context(ordered, [i for i, _ in context], self.config.context_weight,
+                                         self.config.rrf_k)[:limit]
+        seed_of = dict(context)
+        previous = float("inf")
+        for i in new_order:
+            if i not in admitted:
+                if i not in evidence.value:
+                    evidence.add(i)
+                ranks.setdefault(i, {})
+                fused.setdefault(i, 0.0)
+                admitted[i] = f"stored next to hit {seed_of[i]}"
+                boosts[i] = {}
+                final[i] = previous * (1.0 - 1e-3)
+            elif final[i] >= previous:
+                moved = previous * (1.0 - 1e-3)
+                if final[i] > 0:
+                    boosts[i]["context"] = moved / final[i]
+                final[i] = moved
+            previous = final[i]
+        return new_order
+
+    def rank(self, text: str, *, session_id: str | None = None, limit: int = 10,
+             mode: str = "hybrid") -> list[MemoryHit]:
         """The fused ranking of every candidate, ignoring the gate (no receipts, no events).
 
         For debugging ("why was this not recalled?") and for evaluating the

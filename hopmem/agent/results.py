@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._deprecation import module_aliases
+from .temporal import DateMention
 
 __all__ = ["Entry", "Explanation", "MemoryHit", "Selection"]
 
@@ -98,6 +99,13 @@ class Explanation:
 class MemoryHit:
     """One recalled entry: its text, fused score, confidence band and explanation.
 
+    ``created_at`` is the entry's own time (clock seconds): for an imported
+    conversation, when the turn was said. ``dates`` are the dates the entry's
+    relative phrases name ("yesterday", "last Saturday", "next month"),
+    resolved against that time (:func:`hopmem.agent.temporal.resolve_dates`):
+    a turn stored on 8 May 2023 saying "I went to the support group
+    yesterday" carries ``DateMention("yesterday", "2023-05-07")``.
+
     Named apart from the hits of a text collection's recall (:mod:`hopmem.recall`); ``Hit`` is its
     deprecated name.
     """
@@ -114,10 +122,12 @@ class MemoryHit:
     metadata: Any
     created_at: float
     importance: float
+    dates: tuple[DateMention, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if k != "explanation"}
         out["explanation"] = self.explanation.to_dict()
+        out["dates"] = [{"phrase": d.phrase, "date": d.date} for d in self.dates]
         return out
 
 

@@ -104,7 +104,8 @@ class ForgettingPolicy:
     def __post_init__(self) -> None:
         for name in ("half_life", "min_half_life", "max_half_life"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or not math.isfinite(value):
+            if (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0
+                    or not math.isfinite(value)):
                 raise InvalidInput(f"{name}: expected seconds > 0, got {value!r}")
         if self.min_half_life > self.max_half_life:
             raise InvalidInput(

@@ -204,8 +204,8 @@ class AgentStore:
         return None if row is None else row[0]
 
     def set_meta(self, key: str, value: str) -> None:
-        self.conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                          (key, value))
+        self.conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) "
+                          "ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, value))
 
     def delete_meta(self, key: str) -> None:
         self.conn.execute("DELETE FROM meta WHERE key = ?", (key,))
@@ -226,7 +226,8 @@ class AgentStore:
     def fts_tables(self, namespace: str) -> dict[str | None, str]:
         """The FTS5 table of each partition of ``namespace``: ``None`` (shared) or a session id."""
         out: dict[str | None, str] = {}
-        for key, name in self.conn.execute("SELECT session_key, name FROM fts_tables WHERE namespace = ?", (namespace,)):
+        rows = self.conn.execute("SELECT session_key, name FROM fts_tables WHERE namespace = ?", (namespace,))
+        for key, name in rows:
             out[None if key == "" else key[2:]] = name
         return out
 
@@ -237,9 +238,10 @@ class AgentStore:
                                 (namespace, key)).fetchone()
         if row is not None:
             return row[0]
-        name = "fts_" + hashlib.sha256(f"{namespace}\x00{key}".encode("utf-8")).hexdigest()[:24]
+        name = "fts_" + hashlib.sha256(f"{namespace}\x00{key}".encode()).hexdigest()[:24]
         with self.transaction():
-            self.conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} USING fts5(text, tokenize='porter unicode61')")
+            self.conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS {name} "
+                              "USING fts5(text, tokenize='porter unicode61')")
             self.conn.execute("INSERT OR IGNORE INTO fts_tables VALUES (?, ?, ?, ?)", (namespace, key, name, now))
         return name
 
@@ -364,7 +366,8 @@ class AgentStore:
             return
         marks = ",".join("?" * len(ids))
         self.conn.execute(
-            f"UPDATE entries SET exposures = exposures + 1, last_recalled_at = ? WHERE +namespace = ? AND id IN ({marks})",
+            "UPDATE entries SET exposures = exposures + 1, last_recalled_at = ? "
+            f"WHERE +namespace = ? AND id IN ({marks})",
             [now, namespace, *ids])
 
 

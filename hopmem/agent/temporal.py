@@ -14,6 +14,10 @@ Two things are read from the words of a query:
   shown in the explanation; "around" widens the window by a day on each side.
 
 All times are seconds on the memory's clock.
+
+A stored statement's own relative phrases ("yesterday", "last Saturday",
+"next month") are resolved against the statement's time by
+:func:`resolve_dates`, read as UTC dates (:attr:`MemoryHit.dates`).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import datetime as _dt
 import re
 from dataclasses import dataclass
 
-__all__ = ["TimeHints", "parse_time_hints", "DAY"]
+__all__ = ["TimeHints", "parse_time_hints", "DAY", "DateMention", "resolve_dates"]
 
 DAY = 86400.0
 
@@ -93,7 +97,7 @@ def parse_time_hints(text: str, now: float, day_zero: float | None = None, *,
         cues.append(m.group(0).strip().lower())
     elif (m := _ISO.search(text)) is not None:
         try:
-            date = _dt.datetime(int(m.group(1)), int(m.group(2)), int(m.group(3)), tzinfo=_dt.timezone.utc)
+            date = _dt.datetime(int(m.group(1)), int(m.group(2)), int(m.group(3)), tzinfo=_dt.UTC)
             start = date.timestamp()
             window = (start, start + DAY)
             cues.append(m.group(0))
@@ -110,3 +114,89 @@ def parse_time_hints(text: str, now: float, day_zero: float | None = None, *,
         window = (now - 8 * DAY, now)
         cues.append("last week")
     return TimeHints(order=order, window=window, cues=tuple(dict.fromkeys(cues)))
+
+
+_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_RELATIVE = re.compile(
+    r"\b(?:(today|tonight|this morning|this afternoon|this evening|yesterday|tomorrow)"
+    r"|(\d{1,3}) (day|week|month|year)s? ago"
+    r"|(last|next|this) (week|weekend|month|year|" + "|".join(_WEEKDAYS) + r"))\b",
+    re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class DateMention:
+    """A relative phrase of a statement and the date it names, resolved against the statement's time.
+
+    ``date`` is ISO 8601 at the phrase's precision: a day (``"2023-05-07"``),
+    an ISO week (``"2023-W18"``), a month (``"2023-06"``) or a year (``"2023"``).
+    """
+
+    phrase: str
+    date: str
+
+
+def _shift_month(day: _dt.date, months: int) -> str:
+    index = day.year * 12 + day.month - 1 + months
+    return f"{index // 12:04d}-{index % 12 + 1:02d}"
+
+
+def _week(day: _dt.date) -> str:
+    year, week, _ = day.isocalendar()
+    return f"{year:04d}-W{week:02d}"
+
+
+def resolve_dates(text: str, at: float) -> tuple[DateMention, ...]:
+    """The dates a statement made at ``at`` (clock seconds, read as UTC) names by relative phrases.
+
+    Understood: ``today``/``tonight``/``this morning`` (and afternoon,
+    evening), ``yesterday``, ``tomorrow``, ``N days/weeks/months/years ago``,
+    and ``last``/``next``/``this`` followed by ``week``, ``weekend``,
+    ``month``, ``year`` or a weekday. "Last Saturday" is the latest Saturday
+    before the statement's day, "next Saturday" the first one after it, "this
+    Saturday" the one on or after it; a weekend is named by its Saturday. Each
+    phrase once, in order; English only.
+    """
+    try:
+        day = _dt.datetime.fromtimestamp(float(at), tz=_dt.UTC).date()
+    except (OverflowError, OSError, ValueError):
+        return ()
+    out: dict[str, str] = {}
+    for m in _RELATIVE.finditer(text):
+        phrase = m.group(0).lower()
+        if phrase in out:
+            continue
+        if m.group(1):
+            word = m.group(1).lower()
+            offset = {"yesterday": -1, "tomorrow": 1}.get(word, 0)
+            out[phrase] = (day + _dt.timedelta(days=offset)).isoformat()
+        elif m.group(2):
+            n, unit = int(m.group(2)), m.group(3).lower()
+            if unit == "day":
+                out[phrase] = (day - _dt.timedelta(days=n)).isoformat()
+            elif unit == "week":
+                out[phrase] = _week(day - _dt.timedelta(weeks=n))
+            elif unit == "month":
+                out[phrase] = _shift_month(day, -n)
+            else:
+                out[phrase] = f"{day.year - n:04d}"
+        else:
+            which, unit = m.group(4).lower(), m.group(5).lower()
+            step = {"last": -1, "next": 1, "this": 0}[which]
+            if unit == "week":
+                out[phrase] = _week(day + _dt.timedelta(weeks=step))
+            elif unit == "month":
+                out[phrase] = _shift_month(day, step)
+            elif unit == "year":
+                out[phrase] = f"{day.year + step:04d}"
+            else:
+                target = 5 if unit == "weekend" else _WEEKDAYS.index(unit)
+                ahead = (target - day.weekday()) % 7
+                if which == "last":
+                    date = day - _dt.timedelta(days=(day.weekday() - target) % 7 or 7)
+                elif which == "next":
+                    date = day + _dt.timedelta(days=ahead or 7)
+                else:
+                    date = day + _dt.timedelta(days=ahead)
+                out[phrase] = date.isoformat()
+    return tuple(DateMention(phrase, date) for phrase, date in out.items())

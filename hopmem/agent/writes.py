@@ -23,15 +23,19 @@ from ..memory import top_k_dot
 from . import keyword as kw
 from .config import DURABILITIES
 from .core import MemoryCore
-from .index import Row, value_tokens
+from .index import Row, source_of, value_tokens
 from .results import Entry
 from .retention import entry_value
 from .store import vector_blob
 from .validation import identity, seconds, statement
 
-__all__ = ["WritesMixin"]
+__all__ = ["WritesMixin", "NEAR_DUPLICATE_WINDOW"]
 
 logger = logging.getLogger("hopmem.agent")
+
+#: Seconds between two statements' creation times within which a near-duplicate (not the same text) is
+#: merged as a restatement; further apart it is stored as a new entry.
+NEAR_DUPLICATE_WINDOW = 3600.0
 
 
 class WritesMixin(MemoryCore):
@@ -54,11 +58,18 @@ class WritesMixin(MemoryCore):
         """Store a self-contained statement; returns the (new or merged-into) :class:`Entry`.
 
         The entry (text, vector, explicit labels) is committed before this
-        returns. A near-identical statement in the same scope is merged into
-        the existing entry (``merged_count`` grows, nothing is lost: the new
-        wording is kept as a variant). A similar statement that differs (same
-        kind and scope, cosine at least ``config.supersede_cosine``) supersedes
-        the older one: the old entry links to the new one.
+        returns. The same statement again in the same scope, or a
+        near-identical one made within :data:`NEAR_DUPLICATE_WINDOW` of it, is
+        merged into the existing entry (``merged_count`` grows, nothing is
+        lost: the new wording, its metadata and its time are kept as a variant,
+        see :meth:`variants`); a near-identical statement made later is a new
+        entry. A similar statement phrased as a change (same kind and scope,
+        cosine at least ``config.supersede_cosine``, an update cue) supersedes
+        the older one (the old entry links to the new one). A conversation
+        turn, a statement whose ``metadata`` names its ``"speaker"`` or
+        ``"source"``, merges only with the same source's statements and
+        neither supersedes nor is superseded automatically (``supersedes=``
+        still works).
 
         ``durability="session"`` needs ``session_id`` and makes the entry
         visible only to recalls with that session id. ``created_at`` (clock
@@ -112,9 +123,11 @@ class WritesMixin(MemoryCore):
                 old_row = self._row(supersedes)
                 if old_row.part != part_key:
                     raise NotFound(f"no entry {supersedes} in this scope to supersede")
-            target, similar = self._find_duplicate(part_key, kind, text, norm, vector, now)
+            target, similar = self._find_duplicate(part_key, kind, text, norm, vector, now, created,
+                                                      metadata)
             if target is not None:
-                return self._merge(target, text, meta_json, explicit, importance, expires, session_id, now)
+                return self._merge(target, text, meta_json, explicit, importance, expires, session_id, now,
+                                   created)
             values = {
                 "namespace": self.namespace, "session_id": session_id if durability == "session" else None,
                 "durability": durability, "kind": kind, "text": text, "norm_text": norm,
@@ -123,7 +136,7 @@ class WritesMixin(MemoryCore):
                 "metadata": meta_json, "created_at": created, "updated_at": now, "reinforced_at": created,
                 "expires_at": expires,
             }
-            superseded = self._supersession_target(similar, kind, text, created, supersedes)
+            superseded = self._supersession_target(similar, kind, text, created, supersedes, metadata)
             evicted: list[Row] = []
             fts = self._fts_for(part_key)
             with self._store.transaction():
@@ -157,8 +170,18 @@ class WritesMixin(MemoryCore):
             return self._entry(row, self._now())
 
     def _find_duplicate(self, part_key: str | None, kind: str, text: str, norm: str, vector: np.ndarray,
-                        now: float) -> tuple[Row | None, list[tuple[float, Row]]]:
-        """The entry to merge into (if any) and the similar entries a new one would supersede."""
+                        now: float, created: float, metadata: Any) -> tuple[Row | None, list[tuple[float, Row]]]:
+        """The entry to merge into (if any) and the similar entries a new one would supersede.
+
+        The same normalised text in the scope is merged whenever it was said,
+        unless the two statements' metadata name different sources. A
+        near-duplicate (same kind, cosine at least ``dedup_cosine``, the same
+        value tokens) is merged only when created within
+        :data:`NEAR_DUPLICATE_WINDOW` of the entry: a restatement in the same
+        conversation. A similar statement made later is a new event (in chat,
+        "next month I'm having an art show" and, weeks later, "I'm putting
+        together an art show next month") and is stored as its own entry.
+        """
         part = self._parts.get(part_key)
         if part is None or part.live == 0:
             return None, []
@@ -172,9 +195,14 @@ class WritesMixin(MemoryCore):
             row = self._rows.get(int(part.ids[r]))
             if row is None or self._expired(row, now):
                 continue
+            if not _samesource_of(row.metadata, metadata):
+                if s >= self.config.supersede_cosine:
+                    similar.append((float(s), row))
+                continue
             if row.norm_text == norm:
                 return row, []
-            if row.kind == kind and s >= self.config.dedup_cosine and row.value_tokens == tokens and best is None:
+            if (row.kind == kind and s >= self.config.dedup_cosine and row.value_tokens == tokens and best is None
+                    and abs(created - row.created_at) <= NEAR_DUPLICATE_WINDOW):
                 best = row
             if s >= self.config.supersede_cosine:
                 similar.append((float(s), row))
@@ -183,20 +211,26 @@ class WritesMixin(MemoryCore):
         return None, similar
 
     def _supersession_target(self, similar: list[tuple[float, Row]], kind: str, text: str, created: float,
-                             explicit: int | None) -> list[Row]:
+                             explicit: int | None, metadata: Any) -> list[Row]:
         """What a new statement supersedes: the entry named by ``supersedes``, or the most similar
-        current statement of the same kind and scope when the new one is phrased as a change."""
+        current statement of the same kind and scope when the new one is phrased as a change.
+
+        A conversation turn (a statement whose metadata names its source, :data:`hopmem.agent.index.SOURCE_KEYS`) never
+        supersedes and is never superseded automatically: in chat, update cues ("now", "new", "again")
+        are everyday words, and a similar later turn is nearly always a new event, not a change of the
+        earlier one's state. ``supersedes=`` still links turns explicitly."""
         if explicit is not None:
             return [self._row(explicit)]
-        if not self.config.phrased_as_change(text):
+        if source_of(metadata) is not None or not self.config.phrased_as_change(text):
             return []
-        heads = [(s, r) for s, r in similar if r.superseded_by is None and r.kind == kind and r.created_at <= created]
+        heads = [(s, r) for s, r in similar if r.superseded_by is None and r.kind == kind and r.created_at <= created
+                 and source_of(r.metadata) is None]
         if not heads:
             return []
         return [max(heads, key=lambda t: (t[0], t[1].created_at))[1]]
 
     def _merge(self, row: Row, text: str, meta_json: str | None, explicit: dict, importance: float,
-               expires: float | None, session_id: str | None, now: float) -> Entry:
+               expires: float | None, session_id: str | None, now: float, created: float) -> Entry:
         labels = self.label_policy.merge(row.labels, explicit)
         new_importance = max(row.importance, float(importance))
         new_expires = None if (row.expires_at is None or expires is None) else max(row.expires_at, expires)
@@ -205,8 +239,8 @@ class WritesMixin(MemoryCore):
                 row.id, self.namespace, merged_count=row.merged_count + 1, importance=new_importance,
                 labels=json.dumps(labels, sort_keys=True), updated_at=now, reinforced_at=now,
                 expires_at=new_expires)
-            if text != row.text or meta_json is not None:
-                self._store.add_variant(row.id, text, meta_json, now)
+            if text != row.text or meta_json is not None:  # the merged statement's own time and metadata
+                self._store.add_variant(row.id, text, meta_json, created)
         self._data_version = self._store.data_version()
         row.merged_count += 1
         row.importance = new_importance
@@ -223,7 +257,7 @@ class WritesMixin(MemoryCore):
             return
         try:
             inferred = self.label_policy.normalise(self.labeler(text), strict=False)
-        except Exception as exc:  # a labeller failure leaves a valid, unlabelled entry
+        except Exception as exc:  # noqa: BLE001 - a labeller failure leaves a valid, unlabelled entry
             logger.warning("hopmem.agent: labeller failed on entry %s: %s", entry_id, exc)
             self._emit("labeling_failed", session_id, self._now(), id=entry_id, error=repr(exc))
             return
@@ -296,6 +330,12 @@ class WritesMixin(MemoryCore):
         vectors = self._encode([text for text, _ in calls], progress)
         return [self._remember(text, vector, **{**REMEMBER_DEFAULTS, **args})
                 for (text, args), vector in zip(calls, vectors)]
+
+
+def _samesource_of(old: Any, new: Any) -> bool:
+    """Whether two statements' metadata do not name different sources (either naming none counts as the same)."""
+    a, b = source_of(old), source_of(new)
+    return a is None or b is None or a == b
 
 
 #: :meth:`WritesMixin.remember`'s keyword arguments and their defaults.
