@@ -801,4 +801,4 @@ def _check_snapshot(config: MemoryConfig, snap: Snapshot) -> None:
             f"addresses {snap.addresses.shape}, counters {snap.counters.shape}, "
             f"weights {snap.weights.shape}")
     if n and (np.any(np.diff(snap.ids) <= 0) or snap.ids[-1] >= snap.next_id):
-        raise InvalidInput("snapshot: ids must be ascending and below next_id")
+        raise InvalidInput("snapshot: expected ids ascending and below next_id, got others")

@@ -70,7 +70,7 @@ def test_nothing_relevant_is_an_answer_not_an_error(mem):
     ({"text": "ok text", "kind": "rumour"}, "expected one of"),
     ({"text": "ok text", "labels": {"topic": ["gardening"]}}, "not allowed"),
     ("{not json", "not valid JSON"),
-    ([1, 2], "must be an object"),
+    ([1, 2], "arguments: expected an object"),
 ])
 def test_bad_arguments_come_back_as_errors(mem, args, needle):
     out = memory_tools(mem, session_id="s1").call("remember", args)

@@ -109,7 +109,7 @@ class ForgettingPolicy:
                 raise InvalidInput(f"{name}: expected seconds > 0, got {value!r}")
         if self.min_half_life > self.max_half_life:
             raise InvalidInput(
-                f"min_half_life must be <= max_half_life, got {self.min_half_life} > {self.max_half_life}")
+                f"min_half_life: expected <= max_half_life ({self.max_half_life}), got {self.min_half_life}")
         if not 0.0 <= self.threshold < 1.0:
             raise InvalidInput(f"threshold: expected a number in [0, 1), got {self.threshold!r}")
         for name in ("importance_gain", "utility_gain"):

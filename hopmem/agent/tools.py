@@ -83,7 +83,7 @@ class MemoryTool:
         if arguments is None:
             arguments = {}
         if not isinstance(arguments, Mapping):
-            return {"ok": False, "error": f"arguments must be an object, got {type(arguments).__name__}"}
+            return {"ok": False, "error": f"arguments: expected an object, got {type(arguments).__name__}"}
         problem = _validate(arguments, self.parameters)
         if problem:
             return {"ok": False, "error": problem}

@@ -140,7 +140,7 @@ class VerdictModel:
             raise InvalidInput("VerdictModel: expected one weight per feature, at least one feature")
         values = [*self.weights, self.intercept]
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values):
-            raise InvalidInput(f"VerdictModel: weights and intercept must be finite numbers, got {values!r}")
+            raise InvalidInput(f"VerdictModel: expected finite weights and intercept, got {values!r}")
 
     def log_odds(self, values: Mapping[str, float]) -> float:
         return float(self.intercept + sum(w * values[name] for name, w in zip(self.features, self.weights)))

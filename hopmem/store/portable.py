@@ -202,7 +202,7 @@ def _read_npy_header(f: IO[bytes], where: str) -> tuple[tuple[int, ...], np.dtyp
     except ValueError as exc:
         raise CorruptStore(f"{where}: vectors.npy is not a NumPy file ({exc})") from exc
     if fortran or dtype != np.dtype("<f4") or len(shape) != 2:
-        raise CorruptStore(f"{where}: vectors.npy must be C-order little-endian float32 (n, d), "
+        raise CorruptStore(f"{where}: vectors.npy: expected C-order little-endian float32 (n, d), "
                            f"got {dtype} {shape} fortran={fortran}")
     return shape, dtype
 
