@@ -12,7 +12,9 @@ which bounds what one encoder call holds and shows a progress bar.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,12 @@ from tqdm import tqdm
 from ..centering import Centerer
 from ..encoders import Encoder, encoder_dim
 from ..errors import InvalidInput
+
+logger = logging.getLogger(__name__)
+
+#: Folder of shipped centring means: ``<encoder fingerprint>.json`` per encoder (see :func:`shipped_centerer`).
+CENTERING_DIR = Path(__file__).resolve().parents[1] / "data" / "centering"
+_SHIPPED_FORMAT = "hopmem.shipped-centerer"
 
 #: Texts per encoder call in :func:`encode_batches` (bounds the memory one call holds).
 ENCODE_BATCH = 256
@@ -69,6 +77,50 @@ def centerer_reference_texts() -> list[str]:
     return texts
 
 
+def reference_texts_digest(texts: Sequence[str] | None = None) -> str:
+    """sha256 of the reference texts (:func:`centerer_reference_texts` by default), in order: a shipped
+    mean is only used while the texts it was fitted on are the bundled ones."""
+    texts = centerer_reference_texts() if texts is None else list(texts)
+    return hashlib.sha256(json.dumps(texts, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def fit_space_centerer(encoder: Encoder, dim: int) -> Centerer:
+    """The frozen mean fitted on :func:`centerer_reference_texts` encoded (checked) by ``encoder``: what
+    :func:`space_centerer` computes when no shipped mean matches the encoder."""
+    fitted = Centerer(dim).fit(encode(encoder, None, dim, centerer_reference_texts()))
+    return Centerer.from_dict(fitted.to_dict()).freeze()
+
+
+def shipped_record(encoder: Encoder, centerer: Centerer) -> dict[str, Any]:
+    """The JSON that ships ``centerer`` (fitted by :func:`fit_space_centerer`) for ``encoder``'s fingerprint."""
+    return {"format": _SHIPPED_FORMAT, "version": 1, "encoder": encoder_record(encoder),
+            "reference_texts_sha256": reference_texts_digest(), "centerer": centerer.to_dict()}
+
+
+def shipped_centerer(fingerprint: str, dim: int, directory: Path | None = None) -> Centerer | None:
+    """The centring mean shipped for the encoder ``fingerprint`` (in ``directory``, :data:`CENTERING_DIR` by
+    default), frozen; None when none is shipped, or the one shipped is for another dimension or other
+    reference texts (then the mean is computed, as for any encoder)."""
+    path = (CENTERING_DIR if directory is None else directory) / f"{fingerprint}.json"
+    if not fingerprint.isalnum() or not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if (data.get("format") != _SHIPPED_FORMAT or data["encoder"]["fingerprint"] != fingerprint
+                or data["encoder"]["dimension"] != dim
+                or data["reference_texts_sha256"] != reference_texts_digest()):
+            logger.warning("shipped centring mean %s does not match this encoder or the bundled texts; "
+                           "computing the mean instead", path)
+            return None
+        centerer = Centerer.from_dict(data["centerer"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        logger.warning("could not read the shipped centring mean %s (%s); computing the mean instead", path, exc)
+        return None
+    if not centerer.fitted or centerer.dim != dim:
+        return None
+    return centerer if centerer.frozen else centerer.freeze()
+
+
 def is_encoder(encoder: object) -> bool:
     """Whether ``encoder`` has what the memory uses: ``encode``, ``fingerprint`` and its vectors' length
     (``dim``, or ``dimension``)."""
@@ -84,9 +136,17 @@ def encoder_record(encoder: Encoder) -> dict[str, Any]:
 
 def space_centerer(encoder: Encoder, dim: int, centerer: Centerer | None = None) -> Centerer:
     """The frozen centring mean for a new vector space: ``centerer`` (it must be fitted, of dimension ``dim``),
-    or one fitted on :func:`centerer_reference_texts` encoded (checked) by ``encoder``."""
+    else the mean shipped for ``encoder``'s fingerprint (:func:`shipped_centerer`: no encoding at all), else
+    one fitted on :func:`centerer_reference_texts` encoded (checked) by ``encoder``
+    (:func:`fit_space_centerer`).
+
+    A shipped mean is the one :func:`fit_space_centerer` gives for that encoder (the script
+    ``benchmarks/centering_means.py`` writes it, and a test refits it), bit for bit where it was made; it
+    saves encoding the few hundred reference texts on every new file."""
     if centerer is None:
-        centerer = Centerer(dim).fit(encode(encoder, None, dim, centerer_reference_texts()))
+        centerer = shipped_centerer(str(encoder.fingerprint), dim)
+        if centerer is None:
+            centerer = fit_space_centerer(encoder, dim)
     if not isinstance(centerer, Centerer) or not centerer.fitted or centerer.dim != dim:
         raise InvalidInput(f"centerer: expected a fitted Centerer of dimension {dim}")
     return centerer if centerer.frozen else Centerer.from_dict(centerer.to_dict()).freeze()

@@ -1,0 +1,70 @@
+"""Write (or check) the centring means hopmem ships for its built-in encoders.
+
+A new agent memory fits its centring mean on the reference texts bundled in
+``hopmem/data/conversation.json`` (``hopmem.agent.encoding.centerer_reference_texts``).
+Encoding those few hundred texts is most of what opening a new file costs, so
+hopmem ships the fitted mean for the encoders it knows, one file per encoder
+fingerprint under ``hopmem/data/centering/``, and uses it when the encoder's
+fingerprint matches. This script fits each mean exactly as an open does
+(``fit_space_centerer``) and writes the file; ``--check`` refits and fails
+unless the shipped file is identical. Rerun it whenever the reference texts,
+the Centerer or a built-in encoder change:
+
+    .venv/bin/python -m benchmarks.centering_means          # write
+    .venv/bin/python -m benchmarks.centering_means --check  # verify
+
+The MiniLM encoder is the default ``SentenceTransformerEncoder()`` (batch size
+64); the hashing encoder is ``HashingEncoder()`` with its defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+
+from hopmem.agent.encoding import CENTERING_DIR, fit_space_centerer, shipped_record
+from hopmem.encoders import Encoder, HashingEncoder, SentenceTransformerEncoder, encoder_dim
+
+
+def _minilm() -> Encoder:
+    return SentenceTransformerEncoder()
+
+
+#: The encoders whose mean is shipped, by a short label.
+ENCODERS: dict[str, Callable[[], Encoder]] = {"minilm": _minilm, "hashing": HashingEncoder}
+
+
+def render(encoder: Encoder) -> tuple[str, str]:
+    """The shipped file's name and text for ``encoder``."""
+    record = shipped_record(encoder, fit_space_centerer(encoder, encoder_dim(encoder)))
+    return f"{encoder.fingerprint}.json", json.dumps(record, indent=1, sort_keys=True) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="verify the shipped files instead of writing them")
+    parser.add_argument("encoders", nargs="*", metavar="ENCODER",
+                        help=f"which encoders, of {', '.join(ENCODERS)} (default: all)")
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.encoders) - set(ENCODERS))
+    if unknown:
+        parser.error(f"encoders: expected some of {', '.join(ENCODERS)}, got {', '.join(unknown)}")
+    failed = False
+    CENTERING_DIR.mkdir(parents=True, exist_ok=True)
+    for label in args.encoders or list(ENCODERS):
+        name, text = render(ENCODERS[label]())
+        path = CENTERING_DIR / name
+        if args.check:
+            same = path.is_file() and path.read_text(encoding="utf-8") == text
+            print(f"{label}: {path} {'identical' if same else 'DIFFERS or missing'}")
+            failed |= not same
+        else:
+            path.write_text(text, encoding="utf-8")
+            print(f"{label}: wrote {path}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
