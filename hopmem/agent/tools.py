@@ -311,8 +311,6 @@ def memory_tools(
 
     def list_memories(args: dict[str, Any], approved: bool) -> dict[str, Any]:
         entries = memory.entries(session_id=bound_session, include_hidden=bool(args.get("include_hidden", False)))
-        if bound_session is None:
-            entries = [e for e in entries if e.durability == "shared"]
         limit = int(args.get("limit", 50))
         shown = entries[-limit:]
         return {"ok": True, "total": len(entries), "memories": [_entry_brief(e) for e in shown]}
