@@ -16,7 +16,8 @@ tools. The server adds only what MCP carries besides:
 Transports: stdio (the default, what desktop clients start) and streamable
 HTTP (``--http``, bound to 127.0.0.1 unless ``--host`` says otherwise, at
 ``/mcp``). The ``mcp`` package (``pip install "hopmem[mcp]"``) is imported only
-when a server is built, so the library works without it.
+when a server is built, so the library works without it (and ``hopmem.agent`` only when the server starts, so
+the ``hopmem`` command's other subcommands do not pay for it).
 """
 
 from __future__ import annotations
@@ -26,13 +27,14 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-from .agent import AgentMemory, MemoryToolkit, memory_tools
 from .errors import HopmemError
 
 if TYPE_CHECKING:  # pragma: no cover
     from mcp.server.lowlevel import Server
 
-__all__ = ["STATS_URI", "DEFAULT_HOST", "DEFAULT_PORT", "ENCODERS", "add_arguments", "build_server",
+    from .agent import AgentMemory, MemoryToolkit
+
+__all__ = ["MCPUnavailable", "STATS_URI", "DEFAULT_HOST", "DEFAULT_PORT", "ENCODERS", "add_arguments", "build_server",
            "desktop_config", "open_memory", "toolkit", "main"]
 
 logger = logging.getLogger("hopmem.mcp")
@@ -70,6 +72,7 @@ def desktop_config(path: str, namespace: str, *, session: str | None = None, enc
 
 def open_memory(path: str, namespace: str, *, encoder: str = "default") -> AgentMemory:
     """Open the agent memory at ``path`` for ``namespace`` with the named encoder (see :data:`ENCODERS`)."""
+    from .agent import AgentMemory
     from .encoders import HashingEncoder, default_encoder
     from .errors import InvalidInput
 
@@ -88,6 +91,8 @@ def toolkit(memory: AgentMemory, *, session_id: str | None = None, include_forge
     Without ``session_id`` the tools see and write only the shared pool. Forget
     needs no approval from the toolkit: the MCP host confirms destructive tools.
     """
+    from .agent import memory_tools  # imported when used: ``hopmem --help`` stays light
+
     return memory_tools(memory, session_id=session_id, shared_only=session_id is None,
                         include_forget=include_forget, forget_requires_approval=False,
                         include_feedback=True, include_inspection=True)

@@ -82,6 +82,19 @@ def test_tool_schemas_are_memory_tools_own():
         memory.close()
 
 
+def test_without_the_extra_the_error_names_it(monkeypatch):
+    from hopmem.errors import HopmemError
+    from hopmem.mcp_server import build_server
+
+    memory = AgentMemory.open(":memory:", encoder=HashingEncoder(64), namespace="n")
+    try:
+        monkeypatch.setitem(sys.modules, "mcp", None)  # as if not installed
+        with pytest.raises(HopmemError, match=r"hopmem\[mcp\]"):
+            build_server(memory)
+    finally:
+        memory.close()
+
+
 def test_stdio_remember_recall_forget_and_namespaces(tmp_path):
     path = tmp_path / "agent.db"
 
