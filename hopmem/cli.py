@@ -1,8 +1,9 @@
 """The ``hopmem`` command: thin argument handling over the library.
 
 Subcommands: ``stats PATH``, ``export PATH COLLECTION OUT``, ``import PATH IN``,
-``demo``, and (when the server is installed) ``serve`` and ``keys``. Errors are
-printed as ``hopmem: error: ...`` with exit status 1 (2 for bad arguments).
+``demo``, ``mcp`` (the agent memory as an MCP server), and (when the server is
+installed) ``serve`` and ``keys``. Errors are printed as ``hopmem: error: ...``
+with exit status 1 (2 for bad arguments).
 """
 
 from __future__ import annotations
@@ -86,6 +87,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return int(result) if isinstance(result, int) else 0
 
 
+def _cmd_mcp(args: argparse.Namespace) -> int:
+    from . import mcp_server  # imports the mcp package only when the server is built
+
+    return mcp_server.main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hopmem", description="hopmem: a Hopfield-style associative memory.")
@@ -111,6 +118,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", metavar="NAME", help="collection name (default: the exported one)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_import)
+
+    from .mcp_server import add_arguments as add_mcp_arguments
+
+    p = sub.add_parser("mcp", help="serve an agent memory over the Model Context Protocol (needs hopmem[mcp])",
+                       description="Serve the agent memory of one file and namespace as an MCP server, over "
+                                   "stdio (default) or streamable HTTP (--http).")
+    add_mcp_arguments(p)
+    p.set_defaults(func=_cmd_mcp)
 
     p = sub.add_parser("demo", help="run the demonstration (its options: hopmem demo --help)",
                        add_help=False)

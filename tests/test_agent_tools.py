@@ -176,3 +176,34 @@ def test_fuzzed_tool_calls_answer_in_json_and_stay_in_their_binding(mem, calls):
     assert other_tenant.entries() == []
     other_tenant.close()
     mem.forget(other_session.id, session_id="s2")
+
+
+def test_feedback_and_inspection_tools_are_opt_in_and_scoped(mem):
+    assert [t.name for t in memory_tools(mem, session_id="s1")] == ["remember", "recall", "forget"]
+    tools = memory_tools(mem, session_id="s1", include_feedback=True, include_inspection=True)
+    assert [t.name for t in tools] == ["remember", "recall", "forget", "complete", "feedback", "list_memories",
+                                       "inspect_memory"]
+    assert tools.get("forget").destructive and tools.get("recall").read_only and tools.get("list_memories").read_only
+    mine = tools.call("remember", {"text": "Production deploys need a database snapshot.", "durability": "session"})
+    other = memory_tools(mem, session_id="s2", include_feedback=True, include_inspection=True)
+    theirs = other.call("remember", {"text": "Billing runs on the first of the month.", "durability": "session"})
+
+    assert [m["id"] for m in tools.call("list_memories", {})["memories"]] == [mine["id"]]
+    assert tools.call("list_memories", {"include_hidden": "yes"})["error"].startswith("include_hidden: expected")
+    detail = tools.call("inspect_memory", {"id": mine["id"]})
+    assert detail["memory"]["text"].startswith("Production") and detail["variants"] == []
+    assert tools.call("inspect_memory", {"id": theirs["id"]})["ok"] is False  # another session's
+    assert tools.call("feedback", {"id": theirs["id"], "value": 1.0})["ok"] is False
+    assert tools.call("feedback", {"id": mine["id"], "value": -0.5})["value"] == -0.5
+    assert tools.call("feedback", {"id": mine["id"]})["value"] is None  # cleared
+
+    selection = tools.call("recall", {"query": "What do production deploys need?"})
+    assert tools.call("complete", {"selection_id": selection["selection_id"], "score": 0.9})["recorded"] is True
+    assert tools.call("complete", {"selection_id": selection["selection_id"], "score": 0.9})["recorded"] is False
+    assert tools.call("complete", {"selection_id": "x", "score": 1.5})["ok"] is False
+
+
+def test_recall_abstention_says_why(mem):
+    tools = memory_tools(mem, session_id="s1")
+    out = tools.call("recall", {"query": "quantum chromodynamics on a lattice"})
+    assert out["found"] is False and isinstance(out["reason"], str) and out["reason"]

@@ -51,6 +51,12 @@ class MemoryTool:
     parameters: dict[str, Any]
     handler: Callable[[dict[str, Any], bool], dict[str, Any]] = field(repr=False)
     requires_approval: bool = False
+    #: What calling it does to the memory, for protocols that carry hints (MCP tool annotations):
+    #: ``read_only`` changes nothing; ``destructive`` may delete irreversibly; ``idempotent``
+    #: repeating the call with the same arguments has no further effect.
+    read_only: bool = False
+    destructive: bool = False
+    idempotent: bool = False
 
     def definition(self, format: str = "openai") -> dict[str, Any]:
         """The tool definition for a function-calling API.
@@ -147,6 +153,9 @@ def _validate(arguments: Mapping[str, Any], schema: Mapping[str, Any]) -> str | 
         elif kind == "number":
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 return f"{key}: expected a number, got {value!r}"
+        elif kind == "boolean":
+            if not isinstance(value, bool):
+                return f"{key}: expected a boolean, got {value!r}"
         elif kind == "object":
             if not isinstance(value, Mapping):
                 return f"{key}: expected an object, got {type(value).__name__}"
@@ -163,6 +172,17 @@ def _entry_brief(entry: Entry) -> dict[str, Any]:
     return {"id": entry.id, "text": entry.text, "kind": entry.kind, "durability": entry.durability}
 
 
+def _entry_detail(entry: Entry) -> dict[str, Any]:
+    """Everything an inspection shows about an entry (JSON-ready)."""
+    out = _entry_brief(entry)
+    for name in ("session_id", "importance", "labels", "inferred_labels", "metadata", "created_at", "updated_at",
+                 "reinforced_at", "expires_at", "merged_count", "superseded_by", "utility", "manual_feedback",
+                 "exposures", "retention", "expired", "suppressed"):
+        out[name] = getattr(entry, name)
+    out["recallable"] = entry.recallable
+    return out
+
+
 def memory_tools(
     memory: AgentMemory,
     *,
@@ -174,6 +194,8 @@ def memory_tools(
     default_durability: str = "shared",
     allow_shared_writes: bool = True,
     max_limit: int = 10,
+    include_feedback: bool = False,
+    include_inspection: bool = False,
 ) -> MemoryToolkit:
     """The remember / recall / forget tools, bound to ``memory``'s namespace and ``session_id``.
 
@@ -196,6 +218,11 @@ def memory_tools(
         Whether the model may write to the shared pool.
     max_limit : int
         The largest ``limit`` a model may ask recall for.
+    include_feedback : bool
+        Also offer ``complete`` (rate how well the work that used a recall's
+        selection went) and ``feedback`` (set or clear one memory's value).
+    include_inspection : bool
+        Also offer the read-only ``list_memories`` and ``inspect_memory``.
     """
     if not isinstance(memory, AgentMemory):
         raise TypeError(f"memory: expected an AgentMemory, got {type(memory).__name__}")
@@ -237,7 +264,8 @@ def memory_tools(
         selection = memory.recall(args["query"], session_id=bound_session, limit=int(args.get("limit", 5)),
                                   labels=args.get("labels"))
         if selection.abstained:
-            return {"ok": True, "found": False, "message": NOTHING_REMEMBERED, "selection_id": selection.id}
+            return {"ok": True, "found": False, "message": NOTHING_REMEMBERED, "selection_id": selection.id,
+                    "reason": selection.reason}
         return {
             "ok": True, "found": True, "selection_id": selection.id,
             "memories": [{"id": h.entry_id, "text": h.text, "confidence": h.band,
@@ -264,6 +292,37 @@ def memory_tools(
         done = memory.forget(entry_id, session_id=bound_session)
         return {"ok": done, "forgotten": done, "id": entry_id,
                 "message": "Forgotten." if done else "Nothing was deleted."}
+
+    def complete(args: dict[str, Any], approved: bool) -> dict[str, Any]:
+        done = memory.complete(args["selection_id"], float(args["score"]))
+        return {"ok": True, "recorded": done,
+                "message": "Recorded." if done else "Unknown or expired selection (or already rated); nothing changed."}
+
+    def feedback(args: dict[str, Any], approved: bool) -> dict[str, Any]:
+        entry_id = args["id"]
+        try:
+            memory.get(entry_id, session_id=bound_session)
+        except HopmemError:
+            return {"ok": False, "error": f"no memory with id {entry_id} is visible here"}
+        value = args.get("value")
+        entry = memory.feedback(entry_id, None if value is None else float(value))
+        return {"ok": True, "id": entry.id, "value": entry.manual_feedback,
+                "message": "Feedback cleared." if value is None else "Feedback recorded."}
+
+    def list_memories(args: dict[str, Any], approved: bool) -> dict[str, Any]:
+        entries = memory.entries(session_id=bound_session, include_hidden=bool(args.get("include_hidden", False)))
+        limit = int(args.get("limit", 50))
+        shown = entries[-limit:]
+        return {"ok": True, "total": len(entries), "memories": [_entry_brief(e) for e in shown]}
+
+    def inspect_memory(args: dict[str, Any], approved: bool) -> dict[str, Any]:
+        entry_id = args["id"]
+        try:
+            entry = memory.get(entry_id, session_id=bound_session)
+        except HopmemError:
+            return {"ok": False, "error": f"no memory with id {entry_id} is visible here"}
+        variants = memory.variants(entry_id, session_id=bound_session)
+        return {"ok": True, "memory": _entry_detail(entry), "variants": [v["text"] for v in variants]}
 
     remember_params: dict[str, Any] = {
         "type": "object",
@@ -304,16 +363,61 @@ def memory_tools(
         MemoryTool("remember",
                    "Store a durable fact, preference, decision or event about the user or their work, as one "
                    "self-contained sentence. Re-remembering the same thing is harmless (it merges).",
-                   remember_params, remember),
+                   remember_params, remember, idempotent=True),
         MemoryTool("recall",
                    "Look up what is remembered about a topic before answering questions about the user's "
                    "preferences, plans or past decisions. found=false means nothing relevant is remembered.",
-                   recall_params, recall),
+                   recall_params, recall, read_only=True),
     ])
     if include_forget:
         tools.append(MemoryTool(
             "forget",
             "Delete one memory by id when the user explicitly asks for it to be forgotten. Requires the "
             "user's approval; a correction should be remembered as a new fact instead.",
-            forget_params, forget, requires_approval=forget_requires_approval))
+            forget_params, forget, requires_approval=forget_requires_approval, destructive=True,
+            idempotent=True))
+    if include_feedback:
+        tools.append(MemoryTool(
+            "complete",
+            "After answering with what recall returned, rate how well it served: score 0 (useless or wrong) "
+            "to 1 (exactly right) for the selection_id recall gave. Each selection can be rated once.",
+            {"type": "object",
+             "properties": {
+                 "selection_id": {"type": "string", "minLength": 1, "maxLength": 200,
+                                  "description": "The selection_id from a recall result."},
+                 "score": {"type": "number", "minimum": 0, "maximum": 1,
+                           "description": "0 useless .. 1 exactly what was needed."}},
+             "required": ["selection_id", "score"], "additionalProperties": False},
+            complete))
+        tools.append(MemoryTool(
+            "feedback",
+            "Say how valuable one memory is: value -1 (wrong or harmful) to 1 (very useful); it orders later "
+            "recalls. Calling it again replaces the value.",
+            {"type": "object",
+             "properties": {
+                 "id": {"type": "integer", "minimum": 1, "description": "The id of a memory."},
+                 "value": {"type": "number", "minimum": -1, "maximum": 1,
+                           "description": "-1 wrong or harmful .. 1 very useful; leave out to clear."}},
+             "required": ["id"], "additionalProperties": False},
+            feedback, idempotent=True))
+    if include_inspection:
+        tools.append(MemoryTool(
+            "list_memories",
+            "List the most recent memories visible here (id, text, kind, durability), oldest first.",
+            {"type": "object",
+             "properties": {
+                 "limit": {"type": "integer", "minimum": 1, "maximum": 500,
+                           "description": "At most this many of the newest (default 50)."},
+                 "include_hidden": {"type": "boolean",
+                                    "description": "Also list expired and suppressed memories."}},
+             "additionalProperties": False},
+            list_memories, read_only=True, idempotent=True))
+        tools.append(MemoryTool(
+            "inspect_memory",
+            "Show everything about one memory by id: its labels, times, expiry, usefulness, and the wordings "
+            "merged into it.",
+            {"type": "object",
+             "properties": {"id": {"type": "integer", "minimum": 1, "description": "The id of a memory."}},
+             "required": ["id"], "additionalProperties": False},
+            inspect_memory, read_only=True, idempotent=True))
     return tools
