@@ -272,12 +272,18 @@ def memory_tools(
                           "why": str(h.explanation)} for h in selection.hits],
         }
 
-    def forget(args: dict[str, Any], approved: bool) -> dict[str, Any]:
-        entry_id = args["id"]
+    def visible(entry_id: Any) -> Entry | dict[str, Any]:
+        """The entry with ``entry_id`` if this binding sees it, else the tool's error result."""
         try:
-            entry = memory.get(entry_id, session_id=bound_session)
+            return memory.get(entry_id, session_id=bound_session)
         except HopmemError:
             return {"ok": False, "error": f"no memory with id {entry_id} is visible here"}
+
+    def forget(args: dict[str, Any], approved: bool) -> dict[str, Any]:
+        entry_id = args["id"]
+        entry = visible(entry_id)
+        if isinstance(entry, dict):
+            return entry
         if forget_requires_approval and not approved:
             ok = False
             if approve is not None:
@@ -300,10 +306,9 @@ def memory_tools(
 
     def feedback(args: dict[str, Any], approved: bool) -> dict[str, Any]:
         entry_id = args["id"]
-        try:
-            memory.get(entry_id, session_id=bound_session)
-        except HopmemError:
-            return {"ok": False, "error": f"no memory with id {entry_id} is visible here"}
+        found = visible(entry_id)
+        if isinstance(found, dict):
+            return found
         value = args.get("value")
         entry = memory.feedback(entry_id, None if value is None else float(value))
         return {"ok": True, "id": entry.id, "value": entry.manual_feedback,
@@ -317,10 +322,9 @@ def memory_tools(
 
     def inspect_memory(args: dict[str, Any], approved: bool) -> dict[str, Any]:
         entry_id = args["id"]
-        try:
-            entry = memory.get(entry_id, session_id=bound_session)
-        except HopmemError:
-            return {"ok": False, "error": f"no memory with id {entry_id} is visible here"}
+        entry = visible(entry_id)
+        if isinstance(entry, dict):
+            return entry
         variants = memory.variants(entry_id, session_id=bound_session)
         return {"ok": True, "memory": _entry_detail(entry), "variants": [v["text"] for v in variants]}
 
