@@ -57,7 +57,7 @@ from .documents import Document, DocumentHit, Documents
 from .schema import KIND_COMPRESS, KIND_DELETE, KIND_WRITE
 
 __all__ = ["Collection", "StoredWriteResult", "CollectionStats", "DatabaseView",
-           "WRITE_ID_RETENTION", "check_write_id"]
+           "WRITE_ID_RETENTION", "check_write_id", "encode_metadata"]
 
 logger = logging.getLogger("hopmem.store")
 
@@ -104,7 +104,11 @@ class CollectionStats(Stats):
 _METADATA_JSON = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
 
 
-def _encode_metadata(metadata: Any, n: int, single: bool) -> list[str] | None:
+def encode_metadata(metadata: Any, n: int, single: bool) -> list[str] | None:
+    """The metadata of a write of ``n`` vectors as JSON texts (None for none); InvalidInput if bad.
+
+    ``single``: the write was one ``(d,)`` vector, whose metadata is one value.
+    """
     if metadata is None:
         return None
     if single:
@@ -297,6 +301,12 @@ class Collection:
         return self._seq
 
     @property
+    def next_doc_id(self) -> int:
+        """The id the next document will get (ids start at 1 and are never reused)."""
+        self._check_usable()
+        return self._next_doc_id
+
+    @property
     def backend(self) -> str:
         return self._memory.backend
 
@@ -417,7 +427,7 @@ class Collection:
         """
         wid = check_write_id(write_id)
         X, single = as_vectors(vectors, self.dim)
-        metas = _encode_metadata(metadata, X.shape[0], single)
+        metas = encode_metadata(metadata, X.shape[0], single)
         n = int(X.shape[0])
         digest = _write_digest(X, metas) if wid is not None else b""
         with self._wlock:
