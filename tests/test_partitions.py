@@ -278,3 +278,29 @@ def test_a_write_without_id_failing_midway_says_what_committed(tmp_path):
         res = pc.write(np.eye(4), [5, 6, 7, 8])
         assert len(set(res.ids)) == 4 and pc.documents.count() == 8
         assert sorted(d.id for d in pc.documents) == list(range(1, 9))
+
+
+def test_concurrent_writers_get_unique_ids_that_route_back(tmp_path):
+    import threading
+
+    with hopmem.open(str(tmp_path / "d.hopmem"), dim=4) as db, ThreadPoolExecutor(2) as pool:
+        _, parts = _setup(db, 2)
+        pc = PartitionedCollection("logical", parts, executor=pool)
+        answers = []
+
+        def client(c):
+            rng = np.random.default_rng(c)
+            for b in range(5):
+                meta = [{"c": c, "b": b, "i": i} for i in range(3)]
+                wid = f"c{c}-b{b}" if c % 2 else None
+                answers.append((pc.write(rng.standard_normal((3, 4)), meta, write_id=wid), meta))
+
+        threads = [threading.Thread(target=client, args=(c,)) for c in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        ids = [i for res, _ in answers for i in res.ids]
+        assert len(ids) == len(set(ids)) == 60 and pc.documents.count() == 60
+        for res, meta in answers:
+            assert [pc.documents.get(i).metadata for i in res.ids] == meta

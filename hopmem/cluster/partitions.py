@@ -308,12 +308,14 @@ class PartitionedCollection:
             start, self._bare_cursor = self._bare_cursor, (self._bare_cursor + n) % P
             return [(start + i) % P for i in range(n)]
         # Each row to the partition whose next id is the lowest.
-        heap = [(encode_doc_id(local, p, P), p) for p, local in enumerate(self._next_ids())]
+        nxt = self._next_ids()
+        heap = [(encode_doc_id(local, p, P), p) for p, local in enumerate(nxt)]
         heapq.heapify(heap)
         out = []
         for _ in range(n):
             gid, p = heap[0]
             out.append(p)
+            nxt[p] += 1  # reserved: a concurrent write places after these
             heapq.heapreplace(heap, (gid + P, p))
         return out
 
@@ -334,37 +336,40 @@ class PartitionedCollection:
         metas = None if encoded is None else [json.loads(t) for t in encoded]
         if n == 0:
             return PartitionedWriteResult(0, None if metas is None else [], [], {})
-        with self._lock:
+        with self._lock:  # only the placement: the shares are written outside it
             where = self._assign(n, metas, wid)
-            rows: dict[int, list[int]] = {}
-            for i, p in enumerate(where):
-                rows.setdefault(p, []).append(i)
-            order = [where[0]] + [p for p in sorted(rows) if p != where[0]]
+        rows: dict[int, list[int]] = {}
+        for i, p in enumerate(where):
+            rows.setdefault(p, []).append(i)
+        order = [where[0]] + [p for p in sorted(rows) if p != where[0]]
 
-            def share(p: int) -> Callable[[], Any]:
-                idx = rows[p]
-                sub = None if metas is None else [metas[i] for i in idx]
-                return lambda: self._parts[p].write(X[idx], sub, write_id=wid)
+        def share(p: int) -> Callable[[], Any]:
+            idx = rows[p]
+            sub = None if metas is None else [metas[i] for i in idx]
+            return lambda: self._parts[p].write(X[idx], sub, write_id=wid)
 
-            # The first row's partition first and alone: a reused id with another payload
-            # is refused there before any other partition applies its share.
-            results = self._each([(order[0], share(order[0]))])
-            if results[0][2] is None:
-                results += self._each([(p, share(p)) for p in order[1:]])
-            failed = [(p, exc) for p, _, exc in results if exc is not None]
-            done = {p: r for p, r, exc in results if exc is None}
-            self._note_ids(done, rows, metas is not None, bool(failed))
-            if failed:
-                p, exc = failed[0]
-                if done:
-                    exc.add_note(
-                        f"write to partitioned collection {self._name!r}: partitions "
-                        f"{sorted(done)} committed their share, partition(s) "
-                        f"{[q for q, _ in failed]} failed (their share may or may not be "
-                        f"committed); "
-                        + ("retry with the same write_id to complete it" if wid is not None else
-                           "without a write_id a retry would write those shares twice"))
-                raise exc
+        # The first row's partition first and alone: a reused id with another payload
+        # is refused there before any other partition applies its share.
+        results = self._each([(order[0], share(order[0]))])
+        if results[0][2] is None:
+            results += self._each([(p, share(p)) for p in order[1:]])
+        failed = [(p, exc) for p, _, exc in results if exc is not None]
+        done = {p: r for p, r, exc in results if exc is None}
+        if metas is not None:
+            with self._lock:
+                self._note_ids(done, exact=not failed and wid is None
+                               and not callable(self._placement))
+        if failed:
+            p, exc = failed[0]
+            if done:
+                exc.add_note(
+                    f"write to partitioned collection {self._name!r}: partitions "
+                    f"{sorted(done)} committed their share, partition(s) "
+                    f"{[q for q, _ in failed]} failed (their share may or may not be "
+                    f"committed); "
+                    + ("retry with the same write_id to complete it" if wid is not None else
+                       "without a write_id a retry would write those shares twice"))
+            raise exc
         ids: list[int] | None = None
         if metas is not None:
             ids = [0] * n
@@ -373,11 +378,15 @@ class PartitionedCollection:
                     ids[i] = encode_doc_id(int(local), p, self.partitions)
         return PartitionedWriteResult(n, ids, where, {p: int(r.seq) for p, r in done.items()})
 
-    def _note_ids(self, done: dict[int, Any], rows: dict[int, list[int]], documents: bool,
-                  failed: bool) -> None:
-        """Keep the parts' next ids in step with what they answered (the caller holds the lock)."""
-        if failed or not documents or self._next is None:
-            self._next = None  # asked again at the next write
+    def _note_ids(self, done: dict[int, Any], *, exact: bool) -> None:
+        """Keep the parts' next ids in step with their answers (the caller holds the lock).
+
+        ``exact``: a round-robin write that went through whole; anything else
+        (a failure, a repeat answered from the record, a key placement) makes
+        the next round-robin write ask the parts where they stand.
+        """
+        if not exact or self._next is None:
+            self._next = None
             return
         for p, result in done.items():
             if result.ids:
