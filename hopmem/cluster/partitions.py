@@ -52,7 +52,10 @@ Semantics
   did, whatever was written meanwhile (the ids are then not the single
   collection's 1, 2, 3, ... numbering, but still unique and still encode
   their partition). A reused id with another payload is refused by each
-  partition whose share differs; the check is per partition.
+  partition whose share differs (the first row's partition is written first
+  and alone, so most misuse is refused before anything is written); the check
+  is per partition, so rows of a new batch that land on a partition that got
+  none of the first are applied.
 """
 
 from __future__ import annotations
