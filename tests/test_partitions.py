@@ -304,3 +304,31 @@ def test_concurrent_writers_get_unique_ids_that_route_back(tmp_path):
         assert len(ids) == len(set(ids)) == 60 and pc.documents.count() == 60
         for res, meta in answers:
             assert [pc.documents.get(i).metadata for i in res.ids] == meta
+
+
+def test_numbering_continues_across_reopening_with_parts_in_separate_files(tmp_path):
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((30, 8)).astype(np.float32)
+    paths = [str(tmp_path / f"shard{p}.hopmem") for p in range(3)]
+    with hopmem.open(str(tmp_path / "one.hopmem"), dim=8) as one_db:
+        single = one_db.collection("c")
+        dbs = [hopmem.open(path, dim=8) for path in paths]
+        pc = PartitionedCollection("c", [db.collection("c") for db in dbs])
+        assert pc.write(X[:10], list(range(10))).ids == single.write(X[:10], list(range(10))).ids
+        for db in dbs:
+            db.close()
+        dbs = [hopmem.open(path) for path in paths]  # a new process would see the same
+        try:
+            pc = PartitionedCollection("c", [db.get_collection("c") for db in dbs])
+            meta = list(range(10, 30))
+            assert pc.write(X[10:], meta).ids == single.write(X[10:], meta).ids == list(range(11, 31))
+            for q in X[:3]:
+                want = [(h.id, h.similarity) for h in single.resolve(q, 5)]
+                assert [(h.id, h.similarity) for h in pc.resolve(q, 5)] == want
+                indexed = pc.resolve(q, 5, "indexed")  # each partition's own candidates, merged
+                assert all(pc.documents.get(h.id).metadata == h.metadata for h in indexed)
+                assert [h.similarity for h in indexed] == sorted((h.similarity for h in indexed),
+                                                                 reverse=True)
+        finally:
+            for db in dbs:
+                db.close()
