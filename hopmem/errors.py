@@ -20,6 +20,7 @@ __all__ = [
     "StoreError",
     "CorruptStore",
     "StoreLocked",
+    "NotSupported",
 ]
 
 
@@ -29,6 +30,15 @@ class HopmemError(Exception):
 
 class InvalidInput(HopmemError, ValueError):
     """An argument has the wrong shape, type or value; the message names it."""
+
+
+class NotSupported(InvalidInput):
+    """An operation this object does not offer, e.g. a memory read on a partitioned collection.
+
+    The message says what the object is and what to use instead. A
+    :class:`InvalidInput` (so a ``ValueError``): the call, not the data, is
+    wrong, and the HTTP server answers it with 400.
+    """
 
 
 class InvalidConfig(InvalidInput):

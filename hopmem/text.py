@@ -128,7 +128,8 @@ class StoreCollection(Protocol):
     @property
     def documents(self) -> _Documents: ...
 
-    def write(self, vectors: Any, metadata: Any = None) -> _WriteResult: ...
+    def write(self, vectors: Any, metadata: Any = None, *,
+              write_id: str | None = None) -> _WriteResult: ...
 
     def analyze(self, query: Any, /) -> Any: ...
 
@@ -400,13 +401,15 @@ class TextCollection:
             raise InvalidInput(f"metadata: expected JSON values, got {exc}") from None
         return out
 
-    def remember(self, texts: Sequence[str], metadata: Sequence[Mapping[str, Any] | None] | None = None
-                 ) -> list[int]:
+    def remember(self, texts: Sequence[str], metadata: Sequence[Mapping[str, Any] | None] | None = None,
+                 *, write_id: str | None = None) -> list[int]:
         """Write texts as documents; returns their document ids, in order.
 
         Each text is encoded, centred and written with metadata
         ``{"text": text, **metadata[i]}``. The first batch of a collection
         without a mean learns it (at least ``min_fit`` texts) and freezes it.
+        ``write_id`` goes to the collection's ``write`` (see
+        :meth:`hopmem.store.Collection.write`): a repeat returns the same ids.
 
         Raises
         ------
@@ -436,25 +439,30 @@ class TextCollection:
                 vectors = centerer.transform(raw)
             else:
                 vectors = self._prepare_with(batch, centerer).vectors
-            return self._write(vectors, meta)
+            return self._write(vectors, meta, write_id)
 
     def write_prepared(self, prepared: PreparedVectors,
-                       metadata: Sequence[Mapping[str, Any] | None]) -> list[int]:
+                       metadata: Sequence[Mapping[str, Any] | None], *,
+                       write_id: str | None = None) -> list[int]:
         """Write vectors from :meth:`prepare` with their metadata (texts already inside it).
 
-        Refuses vectors prepared under another mean or encoder.
+        Refuses vectors prepared under another mean or encoder. ``write_id``:
+        as for :meth:`remember`.
         """
         with self._lock:
             self._check_prepared(prepared, self._load_centerer())
             meta = list(metadata)
             if len(meta) != prepared.vectors.shape[0]:
                 raise InvalidInput(f"metadata: expected {prepared.vectors.shape[0]} entries, got {len(meta)}")
-            return self._write(prepared.vectors, meta)
+            return self._write(prepared.vectors, meta, write_id)
 
     # -- reads ---------------------------------------------------------------------------
 
-    def _write(self, vectors: np.ndarray, metadata: list[Any]) -> list[int]:
-        result = self._collection.write(vectors, metadata=metadata)
+    def _write(self, vectors: np.ndarray, metadata: list[Any], write_id: str | None = None) -> list[int]:
+        if write_id is None:  # a collection without write ids works as before
+            result = self._collection.write(vectors, metadata=metadata)
+        else:
+            result = self._collection.write(vectors, metadata=metadata, write_id=write_id)
         return [int(i) for i in result.ids]
 
     @deprecated_arguments("TextCollection.recall", {"n": "limit"})

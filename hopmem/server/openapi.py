@@ -98,6 +98,11 @@ def _operations(limits: Limits) -> dict[str, dict[str, Any]]:
     batch = limits.max_batch
     vectors = {"type": "array", "items": VECTOR, "minItems": 1, "maxItems": batch}
     doc = _obj(["id", "metadata"], {"id": INTEGER, "metadata": ANY_JSON})
+    write_id = {"type": "string", "minLength": 1, "maxLength": 256,
+                "description": "Optional client-chosen id of this change, unique in the "
+                               "collection: a repeat with the same id and payload answers the "
+                               "first answer without applying it again; with another payload "
+                               "it is 400."}
     return {
         "health": {"summary": "Liveness", "response": STATUS_OK},
         "ready": {"summary": "Readiness: 503 when storage is unusable or shutting down",
@@ -147,7 +152,8 @@ def _operations(limits: Limits) -> dict[str, dict[str, Any]]:
             "request": _obj(["vectors"], {
                 "vectors": vectors,
                 "metadata": {"type": "array", "items": ANY_JSON,
-                             "description": "One JSON value per vector."}}),
+                             "description": "One JSON value per vector."},
+                "write_id": write_id}),
             "response": _obj(["count"], {"count": INTEGER,
                                          "ids": {"type": "array", "items": INTEGER}}),
         },
@@ -213,7 +219,8 @@ def _operations(limits: Limits) -> dict[str, dict[str, Any]]:
         },
         "compress": {
             "summary": "Merge near-duplicate locations, then enforce max_locations",
-            "request": _obj([], {"max_locations": {"type": "integer", "minimum": 1}}),
+            "request": _obj([], {"max_locations": {"type": "integer", "minimum": 1},
+                                 "write_id": write_id}),
             "request_optional": True,
             "response": _obj(["locations_before", "locations_after", "merges"], {
                 "locations_before": INTEGER, "locations_after": INTEGER,
@@ -246,6 +253,8 @@ def _operations(limits: Limits) -> dict[str, dict[str, Any]]:
                          "doc_id": True},
         "delete_document": {
             "summary": "Delete a document (idempotent; its contribution to the memory stays)",
+            "parameters": [{"name": "write_id", "in": "query", "required": False,
+                            "schema": write_id}],
             "response": _obj(["deleted"], {"deleted": {"type": "boolean"}}),
             "errors": [404], "doc_id": True,
         },
@@ -255,7 +264,8 @@ def _operations(limits: Limits) -> dict[str, dict[str, Any]]:
             "request": _obj(["texts"], {
                 "texts": {"type": "array", "items": {"type": "string"}, "minItems": 1,
                           "maxItems": batch},
-                "metadata": {"type": "array", "items": ANY_JSON}}),
+                "metadata": {"type": "array", "items": ANY_JSON},
+                "write_id": write_id}),
             "response": _obj(["ids"], {"ids": {"type": "array", "items": INTEGER}}),
         },
         "recall": {

@@ -356,8 +356,9 @@ class Handlers:
         rows = m.vectors(body, "vectors", handle.dim, self.limits.max_batch)
         metadata = m.metadata_list(body, len(rows))
         coll = await self.state.collection(handle, name, create=True)
+        write = functools.partial(coll.write, rows, metadata, write_id=body.get("write_id"))
         async with self.state.mutating(ctx.db, name):
-            result = await self.state.run_to_end(coll.write, rows, metadata)
+            result = await self.state.run_to_end(write)
         ids = result.ids
         if ids is None:  # a write without metadata creates no document
             return {"count": int(result.count)}
@@ -434,8 +435,9 @@ class Handlers:
         body = await self.body(ctx, required=False)
         bound = m.optional_int(body, "max_locations", None, minimum=1)
         _, name, coll = await self.collection(ctx, create=False)
+        compress = functools.partial(coll.compress, bound, write_id=body.get("write_id"))
         async with self.state.mutating(ctx.db, name):
-            r = await self.state.run_to_end(coll.compress, bound)
+            r = await self.state.run_to_end(compress)
         return {"locations_before": int(r.locations_before),
                 "locations_after": int(r.locations_after), "merges": len(r.merges)}
 
@@ -457,9 +459,11 @@ class Handlers:
 
     async def delete_document(self, ctx: Ctx) -> Any:
         doc_id = m.document_id(ctx.request.path_params["id"])
+        write_id = ctx.request.query_params.get("write_id")  # a DELETE has no body
         _, name, coll = await self.collection(ctx, create=False)
+        delete = functools.partial(coll.documents.delete, doc_id, write_id=write_id)
         async with self.state.mutating(ctx.db, name):
-            deleted = await self.state.run_to_end(coll.documents.delete, doc_id)
+            deleted = await self.state.run_to_end(delete)
         return {"deleted": bool(deleted)}
 
     async def query_documents(self, ctx: Ctx) -> Any:

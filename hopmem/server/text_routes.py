@@ -116,8 +116,9 @@ async def remember(h: Any, ctx: Any) -> Any:
         raise HTTPError(400, "metadata: expected an array with one object (or null) per text, "
                              f"got {m.kind_of(metadata)}")
     name, tc = await _text_collection(h, ctx, create=True)
+    remember = functools.partial(tc.remember, texts, metadata, write_id=body.get("write_id"))
     async with h.state.mutating(ctx.db, name):
-        ids = await h.state.run_to_end(tc.remember, texts, metadata)
+        ids = await h.state.run_to_end(remember)
     return {"ids": [int(i) for i in ids]}
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import json
 import logging
 import os
@@ -53,9 +54,10 @@ from . import journal, portable
 from ._sqlite import map_errors
 from .dbfile import DatabaseFile, EncoderInfo
 from .documents import Document, DocumentHit, Documents
-from .schema import KIND_COMPRESS, KIND_WRITE
+from .schema import KIND_COMPRESS, KIND_DELETE, KIND_WRITE
 
-__all__ = ["Collection", "StoredWriteResult", "CollectionStats", "DatabaseView"]
+__all__ = ["Collection", "StoredWriteResult", "CollectionStats", "DatabaseView",
+           "WRITE_ID_RETENTION", "check_write_id", "encode_metadata"]
 
 logger = logging.getLogger("hopmem.store")
 
@@ -65,6 +67,14 @@ _INSERT_WRITE = (
     "INSERT INTO journal (cid, seq, kind, n, vectors, arg, writes_after, next_id_after, "
     "size_after, eta_after, rng_after, crc, created_at) "
     "VALUES (?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?, ?)")
+#: Write ids remembered per collection: the oldest beyond this many are pruned
+#: (see :meth:`Collection.write`). A retry must come before its id is pruned;
+#: at 1,000 identified writes a second that is over a minute and a half.
+WRITE_ID_RETENTION = 100_000
+#: Longest accepted write id, in characters.
+WRITE_ID_MAX_LENGTH = 256
+_WRITE_ID_KIND_NAMES = {KIND_WRITE: "a write", KIND_COMPRESS: "a compress",
+                        KIND_DELETE: "a document delete"}
 _WRITE_BW = 200e6   # bytes/s assumed for a checkpoint before one has been measured
 _READ_BW = 1e9      # bytes/s assumed for reading journal entries back
 
@@ -94,7 +104,11 @@ class CollectionStats(Stats):
 _METADATA_JSON = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
 
 
-def _encode_metadata(metadata: Any, n: int, single: bool) -> list[str] | None:
+def encode_metadata(metadata: Any, n: int, single: bool) -> list[str] | None:
+    """The metadata of a write of ``n`` vectors as JSON texts (None for none); InvalidInput if bad.
+
+    ``single``: the write was one ``(d,)`` vector, whose metadata is one value.
+    """
     if metadata is None:
         return None
     if single:
@@ -131,6 +145,66 @@ def _opaque_json(value: Any, what: str) -> str | None:
         return json.dumps(value, allow_nan=False, sort_keys=True)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"{what}: expected a JSON-serialisable dict ({exc})") from None
+
+
+def check_write_id(write_id: Any) -> str | None:
+    """``write_id`` if it is None or a non-empty str of at most 256 characters; else InvalidInput."""
+    if write_id is None:
+        return None
+    if not isinstance(write_id, str) or not 1 <= len(write_id) <= WRITE_ID_MAX_LENGTH:
+        got = (f"a string of {len(write_id)} characters" if isinstance(write_id, str)
+               else type(write_id).__name__)
+        raise InvalidInput(f"write_id: expected a non-empty string of at most "
+                           f"{WRITE_ID_MAX_LENGTH} characters, got {got}")
+    return write_id
+
+
+def _write_digest(X: np.ndarray, metas: list[str] | None) -> bytes:
+    """SHA-256 of a write's payload: its float32 vectors and its metadata JSON."""
+    h = hashlib.sha256(b"write\0")
+    h.update(np.asarray(X.shape, "<i8").tobytes())
+    h.update(journal.vectors_blob(X))
+    if metas is None:
+        h.update(b"\0")
+    else:
+        h.update(b"\1")
+        for m in metas:
+            data = m.encode("utf-8")
+            h.update(len(data).to_bytes(8, "little"))
+            h.update(data)
+    return h.digest()
+
+
+def _small_digest(kind: str, value: Any) -> bytes:
+    """SHA-256 of a delete's or a compress's argument."""
+    return hashlib.sha256(f"{kind}\0{value!r}".encode()).digest()
+
+
+def _pack_write_arrays(result: WriteResult) -> bytes:
+    """A write's touched and created location ids and merges as one int64 blob."""
+    touched = [np.asarray(t, np.int64).reshape(-1) for t in result.touched]
+    created = [np.asarray(c, np.int64).reshape(-1) for c in result.created]
+    merges = np.asarray(result.merges, np.int64).reshape(-1)
+    parts = [np.array([len(touched), merges.size // 2], np.int64),
+             np.array([t.size for t in touched], np.int64),
+             np.array([c.size for c in created], np.int64), *touched, *created, merges]
+    return np.concatenate(parts).astype("<i8").tobytes()
+
+
+def _unpack_write_arrays(blob: bytes) -> tuple[list[np.ndarray], list[np.ndarray],
+                                               list[tuple[int, int]]]:
+    flat = np.frombuffer(blob, "<i8").astype(np.int64)
+    n, m = int(flat[0]), int(flat[1])
+    t_len, c_len = flat[2:2 + n], flat[2 + n:2 + 2 * n]
+    at = 2 + 2 * n
+    touched: list[np.ndarray] = []
+    created: list[np.ndarray] = []
+    for lengths, out in ((t_len, touched), (c_len, created)):
+        for k in lengths.tolist():
+            out.append(flat[at:at + k].copy())
+            at += k
+    pairs = flat[at:at + 2 * m].reshape(-1, 2).tolist()
+    return touched, created, [(int(a), int(b)) for a, b in pairs]
 
 
 class DatabaseView(Protocol):
@@ -196,6 +270,7 @@ class Collection:
         self._index: VectorIndex | None = None          # loaded at the first query
         self._posting_index: PostingIndex | None = None  # loaded with _index
         self._deleted_since_compact = 0
+        self._write_ids: int | None = None  # write ids recorded here (counted when first needed)
         self._dropped = False
         self._closed = False
         self._broken: str | None = None
@@ -224,6 +299,12 @@ class Collection:
     def seq(self) -> int:
         """The number of journal entries (writes and compressions) committed."""
         return self._seq
+
+    @property
+    def next_doc_id(self) -> int:
+        """The id the next document will get (ids start at 1 and are never reused)."""
+        self._check_usable()
+        return self._next_doc_id
 
     @property
     def backend(self) -> str:
@@ -308,7 +389,8 @@ class Collection:
 
     # -- writes -----------------------------------------------------------------------------------
 
-    def write(self, vectors: Any, metadata: Any = None) -> StoredWriteResult:
+    def write(self, vectors: Any, metadata: Any = None, *,
+              write_id: str | None = None) -> StoredWriteResult:
         """Write one vector ``(d,)`` or a batch ``(n, d)``; returns once committed.
 
         Parameters
@@ -319,6 +401,14 @@ class Collection:
             For a batch, a list of ``n`` JSON values (one per vector); for a
             single ``(d,)`` vector, one JSON value. Each creates a document.
             **Without metadata no document is created.**
+        write_id : str, optional
+            A client-chosen id for this write (unique within the collection, at
+            most 256 characters), recorded in the write's own transaction. A
+            repeat with the same id and the same vectors and metadata returns
+            the first call's result (the same ``ids`` and ``seq``) without
+            writing again: a caller that lost the answer (a timeout, a crash,
+            a restarted server) retries safely. The last
+            :data:`WRITE_ID_RETENTION` ids of a collection are remembered.
 
         Returns
         -------
@@ -329,17 +419,24 @@ class Collection:
         Raises
         ------
         InvalidInput, DimensionMismatch
-            Bad vectors or metadata; nothing was written.
+            Bad vectors or metadata, or a ``write_id`` already used for a
+            different write; nothing was written.
         StoreError
             The commit failed; nothing was written and the in-memory state
             was restored from disk.
         """
+        wid = check_write_id(write_id)
         X, single = as_vectors(vectors, self.dim)
-        metas = _encode_metadata(metadata, X.shape[0], single)
+        metas = encode_metadata(metadata, X.shape[0], single)
         n = int(X.shape[0])
+        digest = _write_digest(X, metas) if wid is not None else b""
         with self._wlock:
             memory = self._check_writable("write")
-            if n == 0:
+            if wid is not None:
+                recorded = self._recorded(wid, KIND_WRITE, digest)
+                if recorded is not None:
+                    return self._recorded_write(recorded)
+            if n == 0:  # nothing to apply, so nothing recorded
                 return StoredWriteResult(0, [], [], [], ids=[] if metas is not None else None,
                                          seq=self._seq)
             blob = journal.vectors_blob(X)
@@ -369,6 +466,11 @@ class Collection:
                                 postings, blobs = posting_lists(result.touched, result.created)
                                 self._insert_documents(conn, jid, first_id, metas, now, blobs)
                             self._log_merges(conn, seq, result.merges)
+                            if wid is not None:
+                                ids_rec = None if metas is None else [first_id, n]
+                                self._record(conn, wid, KIND_WRITE, digest,
+                                             {"count": result.count, "ids": ids_rec, "seq": seq},
+                                             _pack_write_arrays(result), now)
                     except BaseException as exc:
                         committed = self._recover_locked(seq)
                         raise self._commit_error("write", exc, committed) from exc
@@ -403,6 +505,64 @@ class Collection:
              for i, m in enumerate(metas)])
         conn.execute("UPDATE collections SET next_doc_id = ? WHERE cid = ?",
                      (first_id + len(metas), cid))
+
+    # -- write ids ------------------------------------------------------------------------------------
+
+    def _recorded(self, wid: str, kind: int, digest: bytes) -> tuple[str, bytes | None] | None:
+        """The recorded ``(result JSON, arrays)`` of ``wid``, or None if it is new.
+
+        InvalidInput if ``wid`` was used for another kind of change or another
+        payload. The caller holds ``_wlock`` (so no commit of this collection
+        can come between this look-up and its own).
+        """
+        with map_errors(self._where()):
+            row = self._file.reader().execute(
+                "SELECT kind, digest, result, arrays FROM write_ids WHERE cid = ? AND write_id = ?",
+                (self._cid, wid)).fetchone()
+        if row is None:
+            return None
+        got_kind, got_digest, result, arrays = row
+        if got_kind != kind or bytes(got_digest) != digest:
+            first = _WRITE_ID_KIND_NAMES.get(got_kind, f"kind {got_kind}")
+            now = _WRITE_ID_KIND_NAMES[kind]
+            detail = "a different one" if got_kind == kind else now
+            raise InvalidInput(
+                f"write_id: expected {wid!r} with the payload it was first used with ({first} "
+                f"of {self._where()}), got {detail}; use a new id for a new change")
+        logger.debug("%s: write id %r repeated: answering its recorded result", self._where(), wid)
+        return result, arrays
+
+    def _recorded_write(self, recorded: tuple[str, bytes | None]) -> StoredWriteResult:
+        result = json.loads(recorded[0])
+        touched, created, merges = _unpack_write_arrays(recorded[1] or b"")
+        ids = result["ids"]
+        return StoredWriteResult(int(result["count"]), touched, created, merges,
+                                 ids=None if ids is None else list(range(ids[0], ids[0] + ids[1])),
+                                 seq=int(result["seq"]))
+
+    def _record(self, conn: sqlite3.Connection, wid: str, kind: int, digest: bytes,
+                result: dict[str, Any], arrays: bytes | None, now: float) -> None:
+        """Record ``wid`` in the caller's transaction; prune the oldest beyond the bound."""
+        conn.execute(
+            "INSERT INTO write_ids (cid, write_id, kind, digest, result, arrays, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (self._cid, wid, kind, digest, json.dumps(result, separators=(",", ":")), arrays,
+             now))
+        keep = WRITE_ID_RETENTION
+        count = self._write_ids
+        if count is None:  # the first id this process records here: count them once
+            count = int(conn.execute("SELECT count(*) FROM write_ids WHERE cid = ?",
+                                     (self._cid,)).fetchone()[0])
+        else:
+            count += 1
+        # Prune in steps of a tenth of the bound, not at every insert. (The count
+        # only decides when: a rolled-back insert leaves it one too high, harmlessly.)
+        if count > keep + max(1, keep // 10):
+            cut = conn.execute("SELECT rid FROM write_ids WHERE cid = ? ORDER BY rid DESC "
+                               "LIMIT 1 OFFSET ?", (self._cid, keep - 1)).fetchone()[0]
+            conn.execute("DELETE FROM write_ids WHERE cid = ? AND rid < ?", (self._cid, cut))
+            count = keep
+        self._write_ids = count
 
     def _log_merges(self, conn: sqlite3.Connection, seq: int, merges: list[tuple[int, int]]) -> None:
         """Record the entry's merges: postings written earlier resolve to the survivors."""
@@ -445,18 +605,31 @@ class Collection:
         self._doc_count = int(doc_count)
         self._index = None  # both reloaded lazily from disk
         self._posting_index = None
+        self._write_ids = None
         self._replay_s += rebuilt.replay_seconds
         logger.warning("%s: state restored from disk after a failed commit", where)
         return rebuilt.seq >= seq
 
-    def compress(self, max_locations: int | None = None) -> CompressResult:
+    def compress(self, max_locations: int | None = None, *,
+                 write_id: str | None = None) -> CompressResult:
         """See :meth:`Memory.compress <hopmem.memory.Memory.compress>`; journaled and committed.
 
         Postings of merged locations are redirected to the survivors in the
         same transaction, so documents stay findable in indexed mode.
+        ``write_id``: as for :meth:`write` (a repeat returns the first result
+        and compresses nothing more).
         """
+        wid = check_write_id(write_id)
+        digest = _small_digest("compress", max_locations) if wid is not None else b""
         with self._wlock:
             memory = self._check_writable("compress")
+            if wid is not None:
+                recorded = self._recorded(wid, KIND_COMPRESS, digest)
+                if recorded is not None:
+                    done = json.loads(recorded[0])
+                    return CompressResult(int(done["locations_before"]),
+                                          int(done["locations_after"]),
+                                          [(int(a), int(b)) for a, b in done["merges"]])
             seq = self._seq + 1
             with self._file.sql_lock:  # as in write(): the slot before the memory's lock
                 t0 = time.perf_counter()
@@ -474,6 +647,12 @@ class Collection:
                              after[0], after[1], after[2], after[3], journal.to_signed64(after[4]),
                              time.time()))
                         self._log_merges(conn, seq, result.merges)
+                        if wid is not None:
+                            self._record(conn, wid, KIND_COMPRESS, digest, {
+                                "locations_before": result.locations_before,
+                                "locations_after": result.locations_after,
+                                "merges": [[int(a), int(b)] for a, b in result.merges],
+                                "seq": seq}, None, time.time())
                 except BaseException as exc:
                     with memory.exclusive():
                         committed = self._recover_locked(seq)
@@ -601,12 +780,21 @@ class Collection:
                              self._read_vector(conn, j, p) if vectors else None)
                     for d, j, p, m, t in rows]
 
-    def _doc_delete(self, doc_id: int) -> bool:
+    def _doc_delete(self, doc_id: int, write_id: str | None = None) -> bool:
+        wid = check_write_id(write_id)
+        digest = _small_digest("delete", doc_id) if wid is not None else b""
         with self._wlock:
             self._check_writable("delete documents")
+            if wid is not None:
+                recorded = self._recorded(wid, KIND_DELETE, digest)
+                if recorded is not None:
+                    return bool(json.loads(recorded[0])["deleted"])
             with self._file.transaction(f"delete document {doc_id} of {self._where()}") as conn:
                 deleted = conn.execute("DELETE FROM documents WHERE cid = ? AND doc_id = ?",
                                        (self._cid, doc_id)).rowcount
+                if wid is not None:
+                    self._record(conn, wid, KIND_DELETE, digest, {"deleted": bool(deleted)},
+                                 None, time.time())
             if deleted:
                 self._doc_count -= 1
                 if self._index is not None:
@@ -713,12 +901,14 @@ class Collection:
             view = self._text_view = TextCollection(self, encoder)
         return view
 
-    def remember(self, texts: Any, metadata: Any = None) -> list[int]:
+    def remember(self, texts: Any, metadata: Any = None, *,
+                 write_id: str | None = None) -> list[int]:
         """Encode, centre and write ``texts`` as documents; returns their ids.
 
-        See :meth:`hopmem.text.TextCollection.remember`.
+        See :meth:`hopmem.text.TextCollection.remember`; ``write_id`` as for
+        :meth:`write` (a repeat returns the same ids).
         """
-        return self._text().remember(texts, metadata)
+        return self._text().remember(texts, metadata, write_id=write_id)
 
     def recall(self, text: str, limit: int = 5, **options: Any) -> RecallResult:
         """A :class:`hopmem.recall.RecallResult` for ``text``; abstention is a value.
@@ -843,8 +1033,8 @@ class _DocumentAccess:
     def page(self, offset: int, limit: int, vectors: bool) -> list[Document]:
         return self._collection._doc_list(offset, limit, vectors)
 
-    def delete(self, doc_id: int) -> bool:
-        return self._collection._doc_delete(doc_id)
+    def delete(self, doc_id: int, write_id: str | None = None) -> bool:
+        return self._collection._doc_delete(doc_id, write_id)
 
     def count(self) -> int:
         return self._collection._doc_count_value()

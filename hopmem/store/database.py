@@ -324,7 +324,7 @@ class Database:
                     if row is None:
                         return False
                     for table in ("merges", "documents", "checkpoint_parts", "checkpoints",
-                                  "journal", "collections"):
+                                  "journal", "write_ids", "collections"):
                         conn.execute(f"DELETE FROM {table} WHERE cid = ?", (row[0],))
                 if coll is not None:
                     coll.mark_dropped()

@@ -77,7 +77,7 @@ class DocumentSource(Protocol):
 
     def page(self, offset: int, limit: int, vectors: bool) -> builtins.list[Document]: ...
 
-    def delete(self, doc_id: int) -> bool: ...
+    def delete(self, doc_id: int, write_id: str | None) -> bool: ...
 
     def count(self) -> int: ...
 
@@ -116,13 +116,16 @@ class Documents:
             raise InvalidInput(f"limit: expected at most 10000, got {limit}")
         return self._c.page(int(offset), int(limit), vectors)
 
-    def delete(self, doc_id: int) -> bool:
+    def delete(self, doc_id: int, *, write_id: str | None = None) -> bool:
         """Delete a document; True if it existed. Idempotent.
 
         The memory is not changed: a written vector stays superposed in its
-        locations; the document just stops being found.
+        locations; the document just stops being found. With ``write_id``
+        (see :meth:`Collection.write <hopmem.store.Collection.write>`) a
+        repeat answers what the first call answered (True if that one
+        deleted it).
         """
-        return self._c.delete(check_doc_id(doc_id))
+        return self._c.delete(check_doc_id(doc_id), write_id)
 
     def query(self, vector: Any, limit: int = 10, mode: ResolveMode = "exact",
               **deprecated: Any) -> builtins.list[DocumentHit]:

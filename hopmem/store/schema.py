@@ -11,7 +11,7 @@ transactional, so a migration either completes or leaves the file untouched).
 Never edit a released migration: append a new one and bump
 :data:`SCHEMA_VERSION`.
 
-Layout (version 2)
+Layout (version 3)
 ------------------
 ``meta(key, value)``
     ``format`` ("hopmem"), ``schema_version``, ``dim``, ``config`` (the default
@@ -44,6 +44,15 @@ Layout (version 2)
 and ``checkpoint_parts(cid, part, ids, addresses, counters, weights)``
     The latest snapshot of each collection's memory, covering journal entries
     ``1..seq``, in parts of at most ~32 MiB; ``crc`` covers every part's bytes.
+``write_ids(rid, cid, write_id, kind, digest, result, arrays, created_at)``
+    The client-supplied ids of recent writes, deletes and compressions of
+    each collection (unique per collection), each inserted in the same
+    transaction as the change it names: ``kind`` (1 write, 2 compress,
+    3 delete), ``digest`` (SHA-256 of the request), ``result`` (the answer
+    given, JSON) and, for a write, ``arrays`` (its touched and created
+    location ids and merges, little-endian int64). A repeat of the id answers
+    ``result`` instead of applying the change again. ``rid`` orders the rows
+    for pruning (the oldest beyond a bound are deleted).
 """
 
 from __future__ import annotations
@@ -57,18 +66,20 @@ import numpy as np
 
 __all__ = [
     "APPLICATION_ID", "SCHEMA_VERSION", "FORMAT", "Migration", "MIGRATIONS", "migrate",
-    "KIND_WRITE", "KIND_COMPRESS",
+    "KIND_WRITE", "KIND_COMPRESS", "KIND_DELETE",
 ]
 
 #: ``PRAGMA application_id`` of every hopmem database: b"HOPM" as a big-endian int.
 APPLICATION_ID = 0x484F504D
 #: The schema version this build writes (the last migration's version).
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: ``meta.format`` of every hopmem database.
 FORMAT = "hopmem"
 
 KIND_WRITE = 1
 KIND_COMPRESS = 2
+#: ``write_ids.kind`` of a document delete (writes and compressions use the journal's kinds).
+KIND_DELETE = 3
 
 
 @dataclass(frozen=True)
@@ -198,11 +209,31 @@ def _v2(conn: sqlite3.Connection) -> None:
     conn.execute("DROP TABLE postings")
 
 
+def _v3(conn: sqlite3.Connection) -> None:
+    # Write ids: a client retrying a write after an ambiguous failure (a timeout,
+    # a lost connection, a restarted server) gets the first answer back instead
+    # of a second application. A rowid table: rid orders the rows for pruning.
+    conn.execute("""CREATE TABLE write_ids (
+        rid INTEGER PRIMARY KEY,
+        cid INTEGER NOT NULL,
+        write_id TEXT NOT NULL,
+        kind INTEGER NOT NULL,
+        digest BLOB NOT NULL,
+        result TEXT NOT NULL,
+        arrays BLOB,
+        created_at REAL NOT NULL,
+        UNIQUE (cid, write_id)
+    )""")
+    conn.execute("CREATE INDEX write_ids_by_age ON write_ids (cid, rid)")
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial layout: meta, collections, journal, documents, postings, "
                  "checkpoints", _v1),
     Migration(2, "CRC-32 of journal entries and checkpoints; collections.gate; posting lists "
                  "as one blob per document plus a merge log (table postings dropped)", _v2),
+    Migration(3, "write_ids: client-supplied ids of recent changes with their answers, so that "
+                 "a retried change is applied once", _v3),
 )
 
 assert [m.version for m in MIGRATIONS] == list(range(1, SCHEMA_VERSION + 1))
