@@ -198,6 +198,8 @@ class RecallConfig:
     part_weight: float = 0.5
     novelty_ceiling: float = 7.0
     context_weight: float = 0.5
+    subject_boost: float = 0.25
+    date_boost: float = 0.5
 
     def __post_init__(self) -> None:
         for name in ("beta", "rrf_k", "bm25_half"):
@@ -209,7 +211,7 @@ class RecallConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidInput(f"{name}: expected an int >= 1, got {value!r}")
         for name in ("floor_ratio", "rare_fraction", "rebuild_dead_fraction", "common_fraction", "part_weight",
-                     "context_weight"):
+                     "context_weight", "subject_boost", "date_boost"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
                 raise InvalidInput(f"{name}: expected a number in [0, 1], got {value!r}")
