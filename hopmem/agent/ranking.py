@@ -13,6 +13,7 @@ context of the first hits (:func:`context_neighbours`) is fused into the order
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 from ..gates import Gate
@@ -160,12 +161,15 @@ def apply_boosts(rows: Mapping[int, Row], admitted: Collection[int], fused: Mapp
     return final, boosts
 
 
+@functools.lru_cache(maxsize=1024)
+def _source_words(source: str) -> str | None:
+    return " ".join(kw.words(source)) or None
+
+
 def _source_key(metadata: object) -> str | None:
     """A statement's source (:func:`~hopmem.agent.index.source_of`) as the words that name it, joined."""
     source = source_of(metadata)
-    if not isinstance(source, str):
-        return None
-    return " ".join(kw.words(source)) or None
+    return _source_words(source) if isinstance(source, str) else None
 
 
 def named_source(query: str, rows: Mapping[int, Row], ids: Collection[int]) -> str | None:
