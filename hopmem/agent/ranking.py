@@ -4,10 +4,13 @@ Fusion sums ``weight / (rrf_k + rank)`` over the lists that found a candidate;
 scores are never averaged across retrievers. On the head of the fused ranking,
 the other end of an admitted entry's supersession chain is pulled in on its own
 evidence, multiplicative boosts (labels, utility, retention, recency, time
-window) reorder, and versions of one fact trade places (newest first, or oldest
-first when the query asks for an earlier state). Last, the conversational
-context of the first hits (:func:`context_neighbours`) is fused into the order
-(:func:`fuse_context`). Nothing here decides the verdict.
+window, dated hits for a question that asks when) reorder, and versions of one
+fact trade places (newest first, or oldest first when the query asks for an
+earlier state). Then the conversational context of the first hits
+(:func:`context_neighbours`) is fused into the order (:func:`fuse_context`),
+and last the turns of the source the question names move up
+(:func:`named_source`, :func:`prefer_subject`). Nothing here decides the
+verdict.
 """
 
 from __future__ import annotations
