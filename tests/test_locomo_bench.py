@@ -114,3 +114,16 @@ def test_study_diversity_on_tiny_fixture(tmp_path: Path) -> None:
         assert row["gain_ci95"][0] <= row["gain"] + 1e-12 and row["gain"] <= row["gain_ci95"][1] + 1e-12
     assert out["reorderings"]["aggregation_questions_by_category"] == saved["reorderings"][
         "aggregation_questions_by_category"]
+
+
+def test_latency_on_tiny_fixture(tmp_path: Path) -> None:
+    from benchmarks.locomo import latency
+
+    out_json = tmp_path / "latency.json"
+    out = latency.main([str(FIXTURE), "--conversation", "a1", "--entries", "300", "--repeats", "2",
+                        "--encoder", "hashing", "--json", str(out_json)])
+    saved = json.loads(out_json.read_text())
+    assert saved["entries"] == 300 and saved["conversation"] == "a1"
+    for name in ("defaults", "without subject and date steps"):
+        assert 0.0 < saved[name]["p50_ms"] <= saved[name]["p95_ms"]
+    assert out["paired_difference_ms"] == saved["paired_difference_ms"]
