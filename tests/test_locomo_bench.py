@@ -79,3 +79,51 @@ def test_run_on_tiny_fixture(tmp_path: Path) -> None:
     for r in rows:
         if r["category"] > 0 and r["abstained"]:
             assert r["recall_agent"] == 0.0
+
+
+@pytest.mark.parametrize("question, expected", [
+    ("What activities does Melanie partake in?", True),
+    ("Which cities has John been to?", True),
+    ("What are Joanna's hobbies?", True),
+    ("How many children does Melanie have?", True),
+    ("What animal do both Nate and Joanna like?", True),
+    ("What did Caroline research?", False),
+    ("What is Caroline's identity?", False),
+    ("When did Melanie run a charity race?", False),
+])
+def test_study_diversity_aggregation_rule(question: str, expected: bool) -> None:
+    from benchmarks.locomo.study_diversity import aggregation
+
+    assert aggregation(question) is expected
+
+
+def test_study_diversity_on_tiny_fixture(tmp_path: Path) -> None:
+    from benchmarks.locomo import study_diversity
+
+    out_json = tmp_path / "study.json"
+    out = study_diversity.main([str(FIXTURE), "--encoder", "hashing", "--sentences", "--json", str(out_json)])
+    saved = json.loads(out_json.read_text())
+    library = saved["library"]["table"]
+    assert len(library) == len(study_diversity.SUBJECT_GRID) * len(study_diversity.DATE_GRID) + 1
+    assert library[0]["gain"] == 0.0  # the grid's first setting (both steps off) is the base
+    assert len(saved["library"]["loco_choices"]) == 2  # one per held-out conversation
+    rows = saved["reorderings"]["table"]
+    assert rows[0]["gain"] == 0.0 and any(r["variant"].startswith("sentence vectors") for r in rows)
+    for row in library + rows:
+        assert 0.0 <= row["all"] <= 1.0
+        assert row["gain_ci95"][0] <= row["gain"] + 1e-12 and row["gain"] <= row["gain_ci95"][1] + 1e-12
+    assert out["reorderings"]["aggregation_questions_by_category"] == saved["reorderings"][
+        "aggregation_questions_by_category"]
+
+
+def test_latency_on_tiny_fixture(tmp_path: Path) -> None:
+    from benchmarks.locomo import latency
+
+    out_json = tmp_path / "latency.json"
+    out = latency.main([str(FIXTURE), "--conversation", "a1", "--entries", "300", "--repeats", "2",
+                        "--encoder", "hashing", "--json", str(out_json)])
+    saved = json.loads(out_json.read_text())
+    assert saved["entries"] == 300 and saved["conversation"] == "a1"
+    for name in ("defaults", "without subject and date steps"):
+        assert 0.0 < saved[name]["p50_ms"] <= saved[name]["p95_ms"]
+    assert out["paired_difference_ms"] == saved["paired_difference_ms"]

@@ -173,6 +173,25 @@ class RecallConfig:
         reciprocal rank fusion at this weight, the first two hits keeping
         their places. A reply ("Yes, twice!") is found through the turn it
         answers. 0 turns it off.
+    subject_boost : float
+        How much (in [0, 1]) the turns of the question's subject move up in
+        the final order. When the question names exactly one of the sources
+        among the hits (the ``"speaker"`` or ``"source"`` their metadata
+        names: "What has *Melanie* painted?"), each hit scores ``1 / (rrf_k +
+        position)``, times ``1 + subject_boost`` for that source's turns, and
+        the hits are reordered by it, the first two keeping their places
+        (:func:`hopmem.agent.ranking.prefer_subject`). What a person did is
+        told in their own turns, not in the turns that ask them about it. It
+        applies after the conversational context, in every mode. 0 turns it
+        off.
+    date_boost : float
+        Multiplicative boost (``1 + date_boost``, in [0, 1]) of a hit whose
+        text names a date relative to its own time ("yesterday", "last
+        Saturday", :func:`hopmem.agent.temporal.resolve_dates`) when the
+        question asks when something happened (it opens with "when", "what
+        day/month/year ..." or "how long ago";
+        :func:`hopmem.agent.temporal.asks_for_date`). The turn that reports an
+        event usually says when it happened. English only; 0 turns it off.
     """
 
     beta: float = 30.0
@@ -198,6 +217,8 @@ class RecallConfig:
     part_weight: float = 0.5
     novelty_ceiling: float = 7.0
     context_weight: float = 0.5
+    subject_boost: float = 0.25
+    date_boost: float = 0.5
 
     def __post_init__(self) -> None:
         for name in ("beta", "rrf_k", "bm25_half"):
@@ -209,7 +230,7 @@ class RecallConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidInput(f"{name}: expected an int >= 1, got {value!r}")
         for name in ("floor_ratio", "rare_fraction", "rebuild_dead_fraction", "common_fraction", "part_weight",
-                     "context_weight"):
+                     "context_weight", "subject_boost", "date_boost"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
                 raise InvalidInput(f"{name}: expected a number in [0, 1], got {value!r}")

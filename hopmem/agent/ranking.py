@@ -4,15 +4,19 @@ Fusion sums ``weight / (rrf_k + rank)`` over the lists that found a candidate;
 scores are never averaged across retrievers. On the head of the fused ranking,
 the other end of an admitted entry's supersession chain is pulled in on its own
 evidence, multiplicative boosts (labels, utility, retention, recency, time
-window) reorder, and versions of one fact trade places (newest first, or oldest
-first when the query asks for an earlier state). Last, the conversational
-context of the first hits (:func:`context_neighbours`) is fused into the order
-(:func:`fuse_context`). Nothing here decides the verdict.
+window, dated hits for a question that asks when) reorder, and versions of one
+fact trade places (newest first, or oldest first when the query asks for an
+earlier state). Then the conversational context of the first hits
+(:func:`context_neighbours`) is fused into the order (:func:`fuse_context`),
+and last the turns of the source the question names move up
+(:func:`named_source`, :func:`prefer_subject`). Nothing here decides the
+verdict.
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Callable, Collection, Mapping, Sequence
 
 from ..gates import Gate
@@ -26,7 +30,8 @@ from .results import Explanation, MemoryHit
 from .temporal import resolve_dates
 
 __all__ = ["ranked_lists", "fuse", "head", "pull_versions", "apply_boosts", "order_versions", "build_hits",
-           "chain_end", "version_groups", "context_neighbours", "fuse_context", "CONTEXT_GAP", "CONTEXT_SEEDS",
+           "chain_end", "version_groups", "named_source", "prefer_subject", "context_neighbours",
+           "fuse_context", "CONTEXT_GAP", "CONTEXT_SEEDS",
            "CONTEXT_PER_SIDE", "CONTEXT_KEEP"]
 
 #: Entries created at most this many seconds before or after a hit can be its context.
@@ -120,8 +125,14 @@ def pull_versions(rows: Mapping[int, Row], admitted: dict[int, str], order: str,
 def apply_boosts(rows: Mapping[int, Row], admitted: Collection[int], fused: Mapping[int, float], *,
                  config: RecallConfig, query_labels: Mapping[str, list[str]], utility: Callable[[Row], float] | None,
                  retention: Callable[[Row], float] | None, hint_order: str | None,
-                 in_window: Collection[int]) -> tuple[dict[int, float], dict[int, dict[str, float]]]:
-    """Each admitted hit's boosted score and the boosts applied (``utility`` / ``retention`` None: off)."""
+                 in_window: Collection[int],
+                 asks_date: bool = False) -> tuple[dict[int, float], dict[int, dict[str, float]]]:
+    """Each admitted hit's boosted score and the boosts applied (``utility`` / ``retention`` None: off).
+
+    With ``asks_date`` (the question asks when, :func:`~hopmem.agent.temporal.asks_for_date`), a hit whose
+    text names a date relative to its own time (:func:`~hopmem.agent.temporal.resolve_dates`: "yesterday",
+    "last Saturday") gets ``date_boost``: the turn that reports an event usually says when it happened.
+    """
     cfg = config
     final: dict[int, float] = {}
     boosts: dict[int, dict[str, float]] = {}
@@ -143,12 +154,47 @@ def apply_boosts(rows: Mapping[int, Row], admitted: Collection[int], fused: Mapp
             b["recency"] = 1.0 + cfg.recency_boost * (1.0 - recency_rank[i] / (len(newest) - 1))
         if i in in_window:
             b["time window"] = 1.0 + cfg.recency_boost
+        if asks_date and cfg.date_boost > 0 and resolve_dates(row.text, row.created_at):
+            b["dated"] = 1.0 + cfg.date_boost
         factor = 1.0
         for v in b.values():
             factor *= v
         boosts[i] = b
         final[i] = fused[i] * factor
     return final, boosts
+
+
+@functools.lru_cache(maxsize=1024)
+def _source_words(source: str) -> str | None:
+    return " ".join(kw.words(source)) or None
+
+
+def _source_key(metadata: object) -> str | None:
+    """A statement's source (:func:`~hopmem.agent.index.source_of`) as the words that name it, joined."""
+    source = source_of(metadata)
+    return _source_words(source) if isinstance(source, str) else None
+
+
+def named_source(query: str, rows: Mapping[int, Row], ids: Collection[int]) -> str | None:
+    """The one source of the statements ``ids`` that ``query`` names, or None.
+
+    A conversation turn's metadata names its source (its ``speaker`` or
+    ``source``, :func:`~hopmem.agent.index.source_of`). When the question names
+    exactly one of the sources among ``ids`` by its words ("What has *Melanie*
+    painted?"), that person is its subject, and what they did is told in their
+    own turns rather than in the turns that ask them about it. A question that
+    names two sources, or none, has no subject here. Returned as the source's
+    lowercase words joined by spaces.
+    """
+    padded = " " + " ".join(kw.words(query)) + " "
+    named = set()
+    for i in ids:
+        key = _source_key(rows[i].metadata)
+        if key is not None and key not in named and f" {key} " in padded:
+            named.add(key)
+            if len(named) > 1:
+                return None
+    return next(iter(named), None)
 
 
 def order_versions(rows: Mapping[int, Row], ids: Sequence[int], order: str, final: dict[int, float],
@@ -293,6 +339,25 @@ def context_neighbours(rows: Mapping[int, Row], by_time: Sequence[tuple[float, i
                     taken.add(side[k])
                     out.append((side[k], seed))
     return out
+
+
+def prefer_subject(order: Sequence[int], rows: Mapping[int, Row], subject: str, boost: float, rrf_k: float,
+                   keep: int = CONTEXT_KEEP) -> list[int]:
+    """``order`` (the hits, best first) with the turns of ``subject`` (:func:`named_source`) moved up.
+
+    Each entry scores ``1 / (rrf_k + position)``, times ``1 + boost`` when its
+    source is the subject, and the order follows the scores; the first
+    ``keep`` of ``order`` stay first, and ties keep ``order``'s order. Working
+    on positions rather than scores makes it apply the same way to the hits the
+    conversational context brought in (:func:`fuse_context`), which have no
+    fused score of their own.
+    """
+    head = list(order[:keep])
+    rest = [i for i in order if i not in head]
+    score = {i: (1.0 + boost if _source_key(rows[i].metadata) == subject else 1.0) / (rrf_k + n)
+             for n, i in enumerate(rest, len(head) + 1)}
+    position = {i: n for n, i in enumerate(rest)}
+    return head + sorted(rest, key=lambda i: (-score[i], position[i]))
 
 
 def fuse_context(order: Sequence[int], context: Sequence[int], weight: float, rrf_k: float,

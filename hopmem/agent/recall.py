@@ -31,7 +31,7 @@ from .index import Row
 from .labels import labels_match
 from .parts import split_parts
 from .results import MemoryHit, Selection
-from .temporal import TimeHints, parse_time_hints
+from .temporal import TimeHints, asks_for_date, parse_time_hints
 from .validation import identity, statement
 from .verdict import (
     abstention_reason,
@@ -255,15 +255,14 @@ class RecallMixin(MemoryCore):
             self._rows, admitted, fused, config=cfg, query_labels=query_labels,
             utility=self._utility if self.reinforcement else None,
             retention=(lambda row: self._retention(row, now)) if self.forgetting is not None else None,
-            hint_order=hints.order, in_window=in_window)
+            hint_order=hints.order, in_window=in_window, asks_date=asks_for_date(text))
         # an entry matched by an exact token keeps its place
         ranking.order_versions(self._rows, [i for i in admitted if i not in found.exact and ev[i] >= verdict.floor],
                                order, final, boosts)
         ordered_ids = sorted(admitted, key=lambda i: (-final[i], -ev[i], i))
-        if mode == "hybrid" and cfg.context_weight > 0 and (verdict.passes or admit_all):
-            ordered_ids = self._with_context(ordered_ids, limit, visible, evidence, admitted, ranks, fused, final,
-                                             boosts)
-        ordered_ids = ordered_ids[:limit]
+        with_context = mode == "hybrid" and cfg.context_weight > 0 and (verdict.passes or admit_all)
+        ordered_ids = self._final_order(text, ordered_ids, limit, visible, evidence, admitted, ranks, fused, final,
+                                        boosts, with_context=with_context)
         hits = ranking.build_hits(self._rows, ordered_ids, found=found, evidence=evidence, admitted=admitted,
                                   ranks=ranks, fused=fused, final=final, boosts=boosts, via=via, in_window=in_window,
                                   band_gate=band_gate, use_keywords=use_keywords)
@@ -271,23 +270,37 @@ class RecallMixin(MemoryCore):
         return selection(hits=tuple(hits), abstained=False, reason=reason + suffix, statistic=verdict.statistic,
                          evidence=verdict.best_evidence, features=verdict.features), expired_out
 
-    def _with_context(self, ordered: list[int], limit: int, visible: Callable[[int], bool], evidence: Evidence,
-                      admitted: dict[int, str], ranks: dict[int, dict[str, int]], fused: dict[int, float],
-                      final: dict[int, float], boosts: dict[int, dict[str, float]]) -> list[int]:
-        """The hits' order with the entries stored next to the first hits fused in
-        (``RecallConfig.context_weight``); an entry that only the context brings is admitted as such.
+    def _final_order(self, text: str, ordered: list[int], limit: int, visible: Callable[[int], bool],
+                     evidence: Evidence, admitted: dict[int, str], ranks: dict[int, dict[str, int]],
+                     fused: dict[int, float], final: dict[int, float], boosts: dict[int, dict[str, float]], *,
+                     with_context: bool) -> list[int]:
+        """The first ``limit`` hits: ``ordered`` with the entries stored next to the first hits fused in
+        (``with_context``, ``RecallConfig.context_weight``), then the turns of the question's subject moved
+        up (``RecallConfig.subject_boost``). An entry that only the context brings is admitted as such.
 
-        Scores follow the new order: an entry moved above a better-scored one takes a score just below the
-        hit before it (its ``context`` boost says by how much).
+        Scores follow the new order: a hit placed below one it outscored takes a score just below the hit
+        before it (its ``context`` or ``subject`` boost says by how much).
         """
-        context = ranking.context_neighbours(self._rows, self._by_time, ordered[:ranking.CONTEXT_SEEDS], visible)
-        if not context:
-            return ordered
-        new_order = ranking.fuse_context(ordered, [i for i, _ in context], self.config.context_weight,
-                                         self.config.rrf_k)[:limit]
-        seed_of = dict(context)
+        cfg = self.config
+        order = ordered
+        seed_of: dict[int, int] = {}
+        if with_context:
+            context = ranking.context_neighbours(self._rows, self._by_time, ordered[:ranking.CONTEXT_SEEDS], visible)
+            if context:
+                order = ranking.fuse_context(ordered, [i for i, _ in context], cfg.context_weight, cfg.rrf_k)
+                seed_of = dict(context)
+        step = "context"
+        if cfg.subject_boost > 0:
+            subject = ranking.named_source(text, self._rows, order)
+            if subject is not None:
+                moved = ranking.prefer_subject(order, self._rows, subject, cfg.subject_boost, cfg.rrf_k)
+                if moved[:limit] != order[:limit]:
+                    order, step = moved, "subject"
+        order = order[:limit]
+        if order == ordered[:limit]:
+            return order
         previous = float("inf")
-        for i in new_order:
+        for i in order:
             if i not in admitted:
                 if i not in evidence.value:
                     evidence.add(i)
@@ -297,12 +310,12 @@ class RecallMixin(MemoryCore):
                 boosts[i] = {}
                 final[i] = previous * (1.0 - 1e-3)
             elif final[i] >= previous:
-                moved = previous * (1.0 - 1e-3)
+                lowered = previous * (1.0 - 1e-3)
                 if final[i] > 0:
-                    boosts[i]["context"] = moved / final[i]
-                final[i] = moved
+                    boosts[i][step] = lowered / final[i]
+                final[i] = lowered
             previous = final[i]
-        return new_order
+        return order
 
     def rank(self, text: str, *, session_id: str | None = None, limit: int = 10,
              mode: str = "hybrid") -> list[MemoryHit]:

@@ -26,7 +26,7 @@ import datetime as _dt
 import re
 from dataclasses import dataclass
 
-__all__ = ["TimeHints", "parse_time_hints", "DAY", "DateMention", "resolve_dates"]
+__all__ = ["TimeHints", "parse_time_hints", "DAY", "DateMention", "resolve_dates", "asks_for_date"]
 
 DAY = 86400.0
 
@@ -114,6 +114,17 @@ def parse_time_hints(text: str, now: float, day_zero: float | None = None, *,
         window = (now - 8 * DAY, now)
         cues.append("last week")
     return TimeHints(order=order, window=window, cues=tuple(dict.fromkeys(cues)))
+
+
+_ASKS_DATE = re.compile(
+    r"^\W*(when\b|(in |on |at )?(what|which) (date|day|week|weekend|month|year|time)\b|how long ago\b)",
+    re.IGNORECASE)
+
+
+def asks_for_date(text: str) -> bool:
+    """Whether the question asks when something happened: it opens with "when", "(in/on/at) what (or which)
+    date, day, week, weekend, month, year or time", or "how long ago" (English only)."""
+    return _ASKS_DATE.search(text) is not None
 
 
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
