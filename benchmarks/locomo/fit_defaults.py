@@ -4,6 +4,7 @@
 Usage::
 
     python -m benchmarks.locomo.fit_defaults LOCOMO_DATA_DIR [--sets dev,dev2] [--target 0.08] [--json out.json]
+        [--encoder minilm|e5|hashing]
 
 One agent memory per conversation, library defaults, no ``calibrate`` call:
 the LoCoMo development conversations in ``LOCOMO_DATA_DIR`` (answerable
@@ -44,7 +45,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from .cache import default_cache_dir, make_encoder  # noqa: E402
+from .cache import ENCODERS, default_cache_dir, make_encoder  # noqa: E402
 from .data import Conversation, load_folder  # noqa: E402
 from .run import open_memory  # noqa: E402
 from .study_transfer import eval_conversation  # noqa: E402
@@ -72,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(prog="python -m benchmarks.locomo.fit_defaults", description=__doc__.split("\n")[0])
     p.add_argument("data", metavar="LOCOMO_DATA_DIR")
     p.add_argument("--sets", default="dev,dev2", help="the project's development sets (default dev,dev2)")
-    p.add_argument("--encoder", choices=("minilm", "hashing"), default="minilm")
+    p.add_argument("--encoder", choices=ENCODERS, default="minilm")
     p.add_argument("--cache", default=None)
     p.add_argument("--target", type=float, default=TARGET,
                    help="the most false abstention any development pool may have (default 0.08)")
