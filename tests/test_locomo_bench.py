@@ -79,3 +79,19 @@ def test_run_on_tiny_fixture(tmp_path: Path) -> None:
     for r in rows:
         if r["category"] > 0 and r["abstained"]:
             assert r["recall_agent"] == 0.0
+
+
+def test_run_with_a_refitted_verdict(tmp_path: Path) -> None:
+    from hopmem.agent.verdict import DEFAULT_GATES, DEFAULT_MODELS
+
+    shipped = DEFAULT_MODELS["hybrid"], DEFAULT_GATES["hybrid"]
+    fit = tmp_path / "fit.json"  # what fit_defaults --json writes; a threshold nothing reaches
+    fit.write_text(json.dumps({"features": list(shipped[0].features), "weights": [1.0, 1.0, 1.0],
+                               "intercept": -1.0, "tau": 1e6}))
+    out = run.main([str(FIXTURE), "--encoder", "hashing", "--limit", "1", "--quiet", "--no-cache",
+                    "--verdict", str(fit)])
+    assert out["verdict"]["tau"] == 1e6 and out["verdict"]["weights"] == [1.0, 1.0, 1.0]
+    assert out["abstention"]["false_abstention"]["value"] == 1.0  # every question abstained
+    assert (DEFAULT_MODELS["hybrid"], DEFAULT_GATES["hybrid"]) == shipped  # the library's verdict is back
+    assert run.main([str(FIXTURE), "--encoder", "hashing", "--quiet", "--no-cache"])["verdict"] == {
+        "source": "library defaults"}
