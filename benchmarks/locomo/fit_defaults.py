@@ -4,7 +4,7 @@
 Usage::
 
     python -m benchmarks.locomo.fit_defaults LOCOMO_DATA_DIR [--sets dev,dev2] [--target 0.08] [--json out.json]
-        [--encoder minilm|e5|hashing]
+        [--encoder minilm|e5|e5-passage|e5-split|hashing]
 
 One agent memory per conversation, library defaults, no ``calibrate`` call:
 the LoCoMo development conversations in ``LOCOMO_DATA_DIR`` (answerable
@@ -82,10 +82,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     cache = Path(args.cache) if args.cache else default_cache_dir()
     encoder = make_encoder(args.encoder, cache)
     rows: list[dict[str, Any]] = []
-    for conv in load_folder(args.data):
-        rows.extend(collect(conv, encoder, "locomo"))
-    for name in [s.strip() for s in args.sets.split(",") if s.strip()]:
-        rows.extend(collect(eval_conversation(name), encoder, "agent_eval"))
+    convs = [(conv, "locomo") for conv in load_folder(args.data)]
+    sets = [s.strip() for s in args.sets.split(",") if s.strip()]
+    convs += [(eval_conversation(name), "agent_eval") for name in sets]
+    if hasattr(encoder, "set_passages"):  # e5-split: "passage: " on what the memories store
+        encoder.set_passages([u.text for conv, _ in convs for u in conv.units])
+    for conv, pool in convs:
+        rows.extend(collect(conv, encoder, pool))
     encoder.save()
     features = VERDICT_FEATURES["hybrid"]
     pools = sorted({r["pool"] for r in rows})

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m benchmarks.locomo.run DATA_DIR [--encoder minilm|e5|hashing] [--limit 5]
+    python -m benchmarks.locomo.run DATA_DIR [--encoder minilm|e5|e5-passage|e5-split|hashing] [--limit 5]
         [--json out.json] [--conversations 26 30] [--cache DIR] [--verdict fit.json]
 
 ``DATA_DIR`` is the LoCoMo data folder (one ``*.json`` per conversation, as in
@@ -252,6 +252,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     convs = load_folder(args.data, args.conversations)
     cache = None if args.no_cache else Path(args.cache) if args.cache else default_cache_dir()
     encoder = make_encoder(args.encoder, cache)
+    if hasattr(encoder, "set_passages"):  # e5-split: "passage: " on what the memories store
+        encoder.set_passages([u.text for c in convs for u in c.units])
     records: list[dict] = []
     writes: dict[str, dict] = {}
     total = sum(len(c.questions) + len(c.never) for c in convs)
