@@ -100,7 +100,9 @@ class E5SmallEncoder:
         ``"query"`` (the default) for a memory whose stored texts and
         questions are alike.
     batch_size : int, optional
-        Texts per engine call.
+        Texts per engine call. On chat turns, calls of 64 texts took about
+        a quarter longer per text than calls of 1 to 8 (one thread); the
+        vectors do not depend on it.
     num_threads : int or None, optional
         OpenMP threads of the engine. ``None`` uses ``OMP_NUM_THREADS`` when it
         is set, else ``min(2, os.cpu_count())`` (as
@@ -122,7 +124,7 @@ class E5SmallEncoder:
     >>> memory = AgentMemory.open("memory.db", encoder=E5SmallEncoder(), namespace="me")  # doctest: +SKIP
     """
 
-    def __init__(self, *, role: str = "query", batch_size: int = 32, num_threads: int | None = None) -> None:
+    def __init__(self, *, role: str = "query", batch_size: int = 8, num_threads: int | None = None) -> None:
         if role not in E5_ROLES:
             raise InvalidInput(f"role: expected one of {tuple(E5_ROLES)}, got {role!r}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
