@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from benchmarks.locomo import run
@@ -95,3 +96,36 @@ def test_run_with_a_refitted_verdict(tmp_path: Path) -> None:
     assert (DEFAULT_MODELS["hybrid"], DEFAULT_GATES["hybrid"]) == shipped  # the library's verdict is back
     assert run.main([str(FIXTURE), "--encoder", "hashing", "--quiet", "--no-cache"])["verdict"] == {
         "source": "library defaults"}
+
+
+def test_split_encoder_sends_stored_texts_one_way_and_the_rest_the_other() -> None:
+    from benchmarks.locomo.cache import CachedEncoder, SplitEncoder
+    from hopmem.encoders import HashingEncoder
+
+    split = SplitEncoder(CachedEncoder("a", lambda: HashingEncoder(64, seed=1), None),
+                         CachedEncoder("b", lambda: HashingEncoder(64, seed=2), None))
+    split.set_passages(["a stored turn"])
+    got = split.encode(["a question?", "a stored turn"])
+    assert np.array_equal(got[1], HashingEncoder(64, seed=1).encode(["a stored turn"])[0])
+    assert np.array_equal(got[0], HashingEncoder(64, seed=2).encode(["a question?"])[0])
+    assert split.dim == 64 and len(split.fingerprint) == 16
+
+
+def test_paired_differences_of_two_runs(tmp_path: Path) -> None:
+    from benchmarks.locomo.study_encoders import paired_runs
+
+    rows = [json.loads(line) for line in _records(tmp_path).read_text().splitlines()]
+    better = tmp_path / "better.jsonl"
+    better.write_text("\n".join(json.dumps({**r, "recall_dense": 1.0}) for r in rows))
+    out = paired_runs([str(_records(tmp_path)), str(better)])["against"][str(better)]
+    dense = out["dense"]["all"]
+    expected = np.mean([1.0 - r["recall_dense"] for r in rows if r["category"] > 0])
+    assert dense["mean"] == pytest.approx(expected) and dense["n"] == 9
+    assert out["bm25"]["all"]["mean"] == 0.0 and out["bm25"]["all"]["ci95"] == [0.0, 0.0]
+
+
+def _records(tmp_path: Path) -> Path:
+    path = tmp_path / "records.jsonl"
+    if not path.exists():
+        run.main([str(FIXTURE), "--encoder", "hashing", "--quiet", "--no-cache", "--records", str(path)])
+    return path
