@@ -177,7 +177,7 @@ def make_encoder(kind: str, cache_dir: Path | None) -> Any:
         role = "query" if kind == "e5" else "passage"
 
         def factory() -> Any:
-            from hopmem.encoders_e5 import E5SmallEncoder
+            from benchmarks.locomo.e5 import E5SmallEncoder
             return E5SmallEncoder(role=role, num_threads=1)
     elif kind == "hashing":
         def factory() -> Any:

@@ -7,7 +7,7 @@ Usage::
 
 **Dense baseline.** Cosine top-k over each conversation's turns with the raw
 vectors of: all-MiniLM-L6-v2; multilingual-e5-small with ``"query: "`` on every
-text (what :class:`hopmem.encoders_e5.E5SmallEncoder` does by default); with
+text (what :class:`benchmarks.locomo.e5.E5SmallEncoder` does by default); with
 ``"passage: "`` on every text (``role="passage"``); and the model's intended
 asymmetric use, ``"passage: "`` on the turns and ``"query: "`` on the questions,
 which the one-``encode`` encoder protocol cannot express (a memory encodes

