@@ -1,0 +1,137 @@
+"""hopmem.cluster: placement, the error envelope, and what a cluster adds to the store's API.
+
+The store's own API tests (test_store_basic.py, test_store_documents.py) run
+against a cluster too, through the ``store_opener`` fixture; this file covers
+what only a cluster has: shards, hosts, the catalog, moves.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import hopmem
+from conftest import cluster_db_name, clustered
+from hopmem import AlreadyExists, DimensionMismatch, EmptyMemory, InvalidInput, NotFound
+from hopmem.cluster.placement import stable_shard
+from hopmem.cluster.wire import answer, pack_error, unpack_error
+
+
+def test_stable_shard_is_fixed_and_unambiguous():
+    # Fixed values: the same in every process and release (a change would strand data).
+    assert [stable_shard("docs", f"c{i}", 8) for i in range(6)] == \
+        [stable_shard("docs", f"c{i}", 8) for i in range(6)]
+    assert stable_shard("ab", "c", 1 << 30) != stable_shard("a", "bc", 1 << 30)
+    counts = np.bincount([stable_shard("db", f"user-{i}", 4) for i in range(4000)], minlength=4)
+    assert counts.min() > 850  # spread evenly
+    with pytest.raises(InvalidInput, match="shards: expected an integer >= 1"):
+        stable_shard("a", "b", 0)
+
+
+def test_stable_shard_agrees_across_processes():
+    code = ("from hopmem.cluster.placement import stable_shard;"
+            "print([stable_shard('docs', f'c{i}', 7) for i in range(20)])")
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert other.stdout.strip() == str([stable_shard("docs", f"c{i}", 7) for i in range(20)])
+
+
+@pytest.mark.parametrize("exc", [
+    DimensionMismatch(16, 5), EmptyMemory(), NotFound("collection 'x' not found"),
+    InvalidInput("limit: expected an integer >= 1, got 0"), KeyError("k"),
+])
+def test_errors_cross_the_envelope_as_themselves(exc):
+    ok, packed = answer(lambda: (_ for _ in ()).throw(exc))
+    assert not ok
+    again = unpack_error(packed)
+    assert type(again) is type(exc) and str(again) == str(exc) and again.args == exc.args
+
+
+def test_an_unknown_error_class_becomes_a_runtime_error():
+    packed = ("no.such.module", "Err", ("boom",), {})
+    assert str(unpack_error(packed)) == "no.such.module.Err: boom"
+    assert pack_error(ValueError(object()))[2]  # an argument that pickles stays
+
+
+def test_importing_hopmem_cluster_does_not_import_ray():
+    code = "import sys, hopmem.cluster, hopmem.cluster.client; print('ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+# -- on a local Ray cluster ----------------------------------------------------------------------
+
+
+def test_databases_are_split_over_shards_and_hosts(ray_cluster):
+    name = cluster_db_name()
+    db = ray_cluster.create(name, 8, shards=4)
+    assert db.shards == 4 and sorted(set(db.placement)) == ["h0", "h1"]
+    names = [f"c{i}" for i in range(12)]
+    for n in names:
+        db.collection(n).write(np.full((1, 8), 1.0 + len(n)), metadata=[n])
+    assert db.collections() == sorted(names)
+    assert {db.shard_of(n) for n in names} == {0, 1, 2, 3}
+    assert db.info()["collections"] == sorted(names) and db.info()["dimension"] == 8
+    assert name in ray_cluster.list() and name in ray_cluster
+    with pytest.raises(AlreadyExists, match=f"database '{name}' already exists"):
+        ray_cluster.create(name, 8)
+    assert ray_cluster.open(name).dim == 8
+    with pytest.raises(hopmem.IncompatibleStore, match="dim=8, opened with dim=4"):
+        ray_cluster.open(name, 4)
+    assert ray_cluster.drop(name) is True and ray_cluster.drop(name) is False
+    with pytest.raises(NotFound, match=f"database '{name}' not found"):
+        ray_cluster.get(name)
+    with pytest.raises(NotFound, match="give dim"):
+        ray_cluster.open(name)
+
+
+def test_a_failed_create_leaves_nothing(ray_cluster):
+    name = cluster_db_name()
+    with pytest.raises(hopmem.InvalidConfig):
+        ray_cluster.create(name, 8, k=-3)
+    assert name not in ray_cluster.list()
+    assert ray_cluster.create(name, 8).dim == 8
+
+
+def test_move_a_shard_and_keep_serving(ray_cluster):
+    name = cluster_db_name()
+    db = ray_cluster.create(name, 16, shards=2)
+    coll = db.collection("moving")
+    X = clustered(40, 16, rng=1, noise=0.15, centre_seed=99)
+    coll.write(X, metadata=list(range(40)))
+    before = coll.snapshot()
+    shard = coll.shard
+    source = db.placement[shard]
+    target = "h0" if source == "h1" else "h1"
+    done = ray_cluster.move_shard(name, shard, target)
+    assert done["moved"] and done["from"] == source and done["to"] == target
+    assert ray_cluster.placement(name)[shard] == target
+    # This client follows the move (the old host answers "not here"), state bit-identical.
+    assert coll.snapshot() == before
+    assert coll.resolve(X[5], limit=1)[0].metadata == 5
+    assert coll.write(X[:1], metadata=["after"]).ids == [41]
+    with pytest.raises(InvalidInput, match="host: expected one of"):
+        ray_cluster.move_shard(name, shard, "h9")
+    assert ray_cluster.move_shard(name, shard, target)["moved"] is False
+
+
+def test_text_remember_and_recall_run_over_the_cluster(ray_cluster, tmp_path):
+    from hopmem.encoders import HashingEncoder
+    enc = HashingEncoder(64)
+    texts = [f"{w} note number {i}" for i in range(5)
+             for w in ("the cat sat on the mat", "rain tomorrow", "markets fell", "bread recipe")]
+    name = cluster_db_name()
+    db = ray_cluster.create(name, 64, encoder=enc)
+    assert db.encoder.fingerprint == enc.fingerprint
+    coll = db.collection("notes")
+    with hopmem.open(str(tmp_path / "local.hopmem"), 64, encoder=enc) as local_db:
+        local = local_db.collection("notes")
+        assert coll.remember(texts) == local.remember(texts)
+        assert coll.centering == local.centering
+        for question in ("cat on a mat", "will it rain"):
+            assert coll.recall(question, limit=3).to_dict() == local.recall(question, limit=3).to_dict()
+    plain = ray_cluster.create(cluster_db_name(), 64).collection("x")
+    with pytest.raises(InvalidInput, match="need the database opened with an encoder"):
+        plain.remember(["a"])
