@@ -7,6 +7,7 @@ environment says otherwise), no dashboard, a local cluster bound to
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import shutil
@@ -216,10 +217,13 @@ def start_local(hosts: int = 2, root: str | os.PathLike[str] = "hopmem-cluster",
     temp = tempfile.mkdtemp(prefix="hopmem-ray-")  # short: Ray's socket paths must fit 107 bytes
 
     def stop() -> None:
+        atexit.unregister(stop)
         try:
             ray.shutdown()
         finally:
             shutil.rmtree(temp, ignore_errors=True)
+
+    atexit.register(stop)  # a process that never calls shutdown() leaves nothing behind either
 
     try:
         ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=temp,
