@@ -53,7 +53,7 @@ SETTABLE = frozenset({"centering", "gate"})
 #: Database methods a client may call.
 DATABASE_METHODS = frozenset({
     "collections", "has_collection", "drop_collection", "info", "checkpoint",
-    "export_collection",
+    "export_collection", "backup",
 })
 _CHUNK = 8 << 20
 
