@@ -135,3 +135,24 @@ def test_text_remember_and_recall_run_over_the_cluster(ray_cluster, tmp_path):
     plain = ray_cluster.create(cluster_db_name(), 64).collection("x")
     with pytest.raises(InvalidInput, match="need the database opened with an encoder"):
         plain.remember(["a"])
+
+
+def test_cli_shard_list_and_move(ray_cluster, capsys):
+    import json
+
+    from hopmem.cli import main
+    name = cluster_db_name()
+    db = ray_cluster.create(name, 8, shards=2)
+    coll = db.collection("c")
+    coll.write(np.eye(8), metadata=list(range(8)))
+    assert main(["shard", "--json", "list", name]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert listed["databases"][name] == db.placement
+    assert {h["host_id"] for h in listed["hosts"]} == {"h0", "h1"}
+    target = "h0" if db.placement[coll.shard] == "h1" else "h1"
+    assert main(["shard", "move", name, str(coll.shard), target]) == 0
+    assert f"to {target}" in capsys.readouterr().out
+    assert ray_cluster.placement(name)[coll.shard] == target
+    assert coll.resolve(np.eye(8)[3], limit=1)[0].metadata == 3
+    assert main(["shard", "move", name, "7", target]) == 1
+    assert "shard: expected an integer in 0..1, got 7" in capsys.readouterr().err

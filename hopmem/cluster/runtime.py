@@ -175,11 +175,13 @@ def connect(address: str = "auto", *, root: str | None = None, retry_timeout: fl
     ``root``: the directory, on every node, under which the catalog (on this
     node) and one shard host per node (``ROOT/hosts/nID``) keep their files.
     ``options`` go to every shard's store (``synchronous``, ``checkpoint_every``,
-    ``replay_budget``). :meth:`~ClusterDataDir.shutdown` disconnects and leaves
-    the cluster running.
+    ``replay_budget``). :meth:`~ClusterDataDir.shutdown` disconnects (when this
+    call connected) and leaves the cluster running. In a process already
+    connected to Ray, the existing connection is used.
     """
     ray = _ray()
-    if not ray.is_initialized():
+    joined = not ray.is_initialized()
+    if joined:
         ray.init(address=address, namespace=NAMESPACE, log_to_driver=False,
                  configure_logging=False)
     try:
@@ -193,7 +195,7 @@ def connect(address: str = "auto", *, root: str | None = None, retry_timeout: fl
     hosts = len(transport.catalog("hosts"))
     return ClusterDataDir(transport, os.path.abspath(root or os.getcwd()),
                           default_shards=default_shards or max(2, 2 * hosts),
-                          on_shutdown=ray.shutdown)
+                          on_shutdown=ray.shutdown if joined else None)
 
 
 def start_local(hosts: int = 2, root: str | os.PathLike[str] = "hopmem-cluster", *,
