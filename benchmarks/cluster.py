@@ -108,9 +108,11 @@ def http_run(ray: bool, args: argparse.Namespace) -> dict[str, float]:
         http_load.wait_healthy(host, port, 120.0, proc)
         client = http_load.Client(host, port, None)
         X = clustered(args.stored, d, 0)
-        for i in range(0, len(X), 500):
-            client.call("POST", "/collections/bench/write",
-                        json.dumps({"vectors": X[i:i + 500].tolist()}).encode())
+        for i in range(0, len(X), 100):  # 100 rows of d = 384 stay under the 2 MiB body limit
+            status, answer = client.call("POST", "/collections/bench/write",
+                                         json.dumps({"vectors": X[i:i + 100].tolist()}).encode())
+            if status != 200:
+                raise SystemExit(f"filling the collection failed: {status} {answer[:200]!r}")
         queries = clustered(256, d, 1)
         bodies = [json.dumps({"query": q.tolist()}).encode() for q in queries]
         one = http_load.run_phase_raw(host, port, None, "POST", "/collections/bench/read", bodies,
