@@ -156,3 +156,36 @@ def test_cli_shard_list_and_move(ray_cluster, capsys):
     assert coll.resolve(np.eye(8)[3], limit=1)[0].metadata == 3
     assert main(["shard", "move", name, "7", target]) == 1
     assert "shard: expected an integer in 0..1, got 7" in capsys.readouterr().err
+
+
+def test_agent_memory_runs_on_the_namespace_shard(ray_cluster, tmp_path):
+    from hopmem.agent import AgentMemory
+    from hopmem.encoders import HashingEncoder
+    enc = HashingEncoder(64)
+    facts = ["Ticket PROJ-4417 tracks the duplicate webhook deliveries.",
+             "Production deploys require a database snapshot first.",
+             "The billing service runs on Postgres 16."]
+    clock = {"clock": lambda: 1_000_000.0}
+    db = ray_cluster.create(cluster_db_name(), 64)
+    remote = db.agent_memory("team", encoder=enc, **clock)
+    assert remote.shard == stable_shard(db.name, "team", db.shards)
+    local = AgentMemory.open(tmp_path / "agent.db", encoder=enc, namespace="team", **clock)
+    try:
+        for fact in facts:
+            assert remote.remember(fact).id == local.remember(fact).id
+        got = remote.recall("which database does billing use?", limit=2)
+        want = local.recall("which database does billing use?", limit=2)
+        assert [(h.text, h.score) for h in got.hits] == [(h.text, h.score) for h in want.hits]
+        assert remote.stats() == local.stats()
+        with pytest.raises(InvalidInput, match="public AgentMemory method"):
+            remote.subscribe(print)
+        # The shard's host restarts: the memory is opened there again and still has its entries.
+        ok, pid = ray_cluster.transport.host(db.placement[remote.shard], "pid", (), True)
+        import os
+        import signal
+        os.kill(pid, signal.SIGKILL)
+        assert remote.stats() == local.stats()
+        with pytest.raises(hopmem.StoreError, match="holds agent memories"):
+            ray_cluster.move_shard(db.name, remote.shard, "h0" if db.placement[remote.shard] == "h1" else "h1")
+    finally:
+        local.close()

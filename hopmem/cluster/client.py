@@ -35,9 +35,10 @@ from ..store import EncoderInfo
 from ..store.documents import Document, DocumentHit, Documents
 from ..store.names import check_collection_name, check_database_name
 from .placement import stable_shard
-from .wire import Envelope, NotHere, unpack_error
+from .wire import Envelope, NotHere, NotOpen, unpack_error
 
-__all__ = ["ClusterDataDir", "ClusterDatabase", "ClusterCollection", "Transport"]
+__all__ = ["ClusterDataDir", "ClusterDatabase", "ClusterCollection", "ClusterAgentMemory",
+           "Transport"]
 
 
 class Transport(Protocol):
@@ -388,6 +389,20 @@ class ClusterDatabase:
             coll.mark_dropped()
         return dropped
 
+    def agent_memory(self, namespace: str, *, encoder: Any, **options: Any) -> ClusterAgentMemory:
+        """The agent memory of ``namespace`` (:class:`hopmem.agent.AgentMemory`), run on the
+        host of shard ``stable_shard(database, namespace, S)``.
+
+        ``encoder`` and ``options`` (``AgentMemory.open``'s keywords) are sent to the host
+        once, and again if it restarts; they must pickle. Callbacks (``subscribe``) do not
+        cross processes.
+        """
+        if not isinstance(namespace, str) or not namespace:
+            raise InvalidInput(f"namespace: expected a non-empty str, got {namespace!r}")
+        memory = ClusterAgentMemory(self, namespace, encoder, options)
+        memory.open()
+        return memory
+
     def info(self) -> dict[str, Any]:
         """``{name, created_at, dimension, collections}``, as :meth:`hopmem.store.Database.info`."""
         return {"name": self.name, "created_at": self.created_at, "dimension": self.dim,
@@ -667,3 +682,77 @@ class ClusterCollection:
     def export(self, path: str, **options: Any) -> dict[str, Any]:
         """Export to a portable file at ``path`` ON THE HOST's machine."""
         return self.call("export", path, **options)
+
+
+class ClusterAgentMemory:
+    """An :class:`hopmem.agent.AgentMemory` living on a shard host: the same methods, called
+    remotely (``memory.remember(...)``, ``memory.recall(...)``, ``memory.stats()``, ...).
+
+    Attributes that are not methods are read from the host at each access. A
+    call interrupted by a host failure is not retried (its outcome is unknown),
+    except that a restarted host first gets the memory opened again.
+    """
+
+    def __init__(self, database: ClusterDatabase, namespace: str, encoder: Any,
+                 options: dict[str, Any]) -> None:
+        self._db = database
+        self._namespace = namespace
+        self._shard = stable_shard(database.name, namespace, database.shards)
+        self._encoder = encoder
+        self._options = options
+        self._callable: dict[str, bool] = {}
+
+    @property
+    def namespace(self) -> str:
+        return self._namespace
+
+    @property
+    def shard(self) -> int:
+        return self._shard
+
+    def open(self) -> None:
+        """Open the memory on its host (again, after the host restarted)."""
+        self._db.invoke(self._shard, "agent_open", (self._db.name, self._shard, self._namespace,
+                                                    self._encoder, self._options), True)
+
+    def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        for attempt in (0, 1):
+            try:
+                return self._db.invoke(self._shard, "agent_call", (
+                    self._db.name, self._shard, self._namespace, method, args, kwargs),
+                    method.startswith("get:"))
+            except NotOpen:
+                if attempt:
+                    raise
+                self.open()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        known = self._callable.get(name)
+        if known is None:
+            value = self._call(f"get:{name}", (), {})
+            known = self._callable[name] = value == "<callable>"
+            if not known:
+                return value
+        if not known:
+            return self._call(f"get:{name}", (), {})
+
+        def method(*args: Any, **kwargs: Any) -> Any:
+            return self._call(name, args, kwargs)
+        method.__name__ = name
+        return method
+
+    def close(self) -> None:
+        """Nothing to release here: the host keeps the file open for other clients."""
+
+    def __enter__(self) -> ClusterAgentMemory:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"ClusterAgentMemory({self._namespace!r}, database={self._db.name!r}, "
+                f"shard={self._shard})")

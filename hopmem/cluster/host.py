@@ -29,12 +29,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import InvalidInput, NotFound, StoreError
+from ..errors import InvalidInput, StoreError
 from ..store import Database
 from ..store.names import check_collection_name, check_database_name
-from .wire import NotHere
+from .wire import NotHere, NotOpen
 
-__all__ = ["ShardHost", "shard_file", "COLLECTION_METHODS", "DATABASE_METHODS"]
+__all__ = ["ShardHost", "shard_file", "agent_file", "COLLECTION_METHODS", "DATABASE_METHODS"]
 
 logger = logging.getLogger("hopmem.cluster")
 
@@ -63,6 +63,11 @@ def shard_file(root: str, database: str, shard: int) -> str:
     return os.path.join(root, check_database_name(database), f"shard-{shard:04d}.hopmem")
 
 
+def agent_file(root: str, database: str, shard: int) -> str:
+    """The agent-memory file of a shard (every namespace placed in the shard), next to it."""
+    return os.path.join(root, check_database_name(database), f"agent-{shard:04d}.sqlite")
+
+
 def _summary(coll: Any) -> dict[str, Any]:
     return {"name": coll.name, "config": coll.config}
 
@@ -80,6 +85,7 @@ class ShardHost:
         self._inflight: dict[tuple[str, int], int] = {}
         self._cond = threading.Condition(threading.RLock())
         self._write_ids: bool | None = None
+        self._agents: dict[tuple[str, int, str], Any] = {}
         logger.info("shard host %s serving %s (pid %d)", host_id, self.root, os.getpid())
 
     # -- about the host -------------------------------------------------------------------------
@@ -128,9 +134,12 @@ class ShardHost:
         key = (database, shard)
         path = shard_file(self.root, database, shard)
         with self._cond:
+            self._close_agents(database, shard)
             db = self._open.pop(key, None)
             if db is not None:
                 db.close()
+            agents = agent_file(self.root, database, shard)
+            self._trash(agents, f"{database}-{shard:04d}-agents")
             return self._trash(path, f"{database}-{shard:04d}")
 
     def _trash(self, path: str, label: str) -> bool:
@@ -162,6 +171,9 @@ class ShardHost:
     def close(self) -> None:
         """Checkpoint and close every open shard (a clean stop; reopening replays nothing)."""
         with self._cond:
+            for memory in self._agents.values():
+                memory.close()
+            self._agents.clear()
             dbs, self._open = list(self._open.values()), {}
         for db in dbs:
             db.close()
@@ -247,6 +259,39 @@ class ShardHost:
         return [answer(self.collection_call, database, shard, collection, method, (q, s), {})
                 for q, s in queries]
 
+    # -- agent memory: a namespace lives in a shard like a collection --------------------------------
+
+    def agent_open(self, database: str, shard: int, namespace: str, encoder: Any,
+                   options: dict[str, Any]) -> None:
+        """Open (or create) the agent memory of ``namespace`` in the shard's agent file."""
+        from ..agent import AgentMemory
+        key = (database, shard, namespace)
+        with self._using(database, shard):
+            with self._cond:
+                if key not in self._agents:
+                    self._agents[key] = AgentMemory.open(
+                        agent_file(self.root, database, shard), encoder=encoder,
+                        namespace=namespace, **options)
+
+    def agent_call(self, database: str, shard: int, namespace: str, method: str,
+                   args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """``method`` of an open agent memory: a call, or ``get:NAME`` for an attribute."""
+        if method.startswith("_") or method in ("close", "subscribe"):
+            raise InvalidInput(f"method: expected a public AgentMemory method, got {method!r}")
+        with self._using(database, shard):
+            memory = self._agents.get((database, shard, namespace))
+            if memory is None:
+                raise NotOpen(namespace)
+            if method.startswith("get:"):
+                value = getattr(memory, method[4:])
+                return "<callable>" if callable(value) else value
+            return getattr(memory, method)(*args, **kwargs)
+
+    def _close_agents(self, database: str, shard: int) -> None:
+        with self._cond:
+            for key in [k for k in self._agents if k[:2] == (database, shard)]:
+                self._agents.pop(key).close()
+
     # -- moving a shard ----------------------------------------------------------------------------
 
     def freeze(self, database: str, shard: int, backup_path: str) -> int:
@@ -254,6 +299,9 @@ class ShardHost:
         (a path under this host's root) and close it. Returns the backup's size in bytes."""
         key = (database, shard)
         self._database(database, shard)  # NotHere if this host does not hold it
+        if os.path.exists(agent_file(self.root, database, shard)):
+            raise StoreError(f"shard {shard} of {database!r} holds agent memories, which a move "
+                             f"does not carry yet: it stays on host {self.host_id}")
         with self._cond:
             self._frozen.add(key)
             while self._inflight.get(key):

@@ -13,13 +13,17 @@ import importlib
 import pickle
 from typing import Any
 
-__all__ = ["pack_error", "unpack_error", "NotHere", "Envelope", "answer"]
+__all__ = ["pack_error", "unpack_error", "NotHere", "NotOpen", "Envelope", "answer"]
 
 Envelope = tuple[bool, Any]
 
 
 class NotHere(Exception):
     """A host was asked for a shard it does not hold (moved away, or never placed there)."""
+
+
+class NotOpen(Exception):
+    """A host was asked for an agent memory it has not opened (it restarted since)."""
 
 
 def pack_error(exc: BaseException) -> tuple[str, str, tuple[Any, ...], dict[str, Any]]:
