@@ -30,6 +30,7 @@ def client(request, tmp_path):
         datadir = request.getfixturevalue("ray_cluster")
         for name in datadir.list():
             datadir.drop(name)
+        (tmp_path / "data").mkdir()
         datadir.root = str(tmp_path / "data")
     app = create_app(tmp_path / "data", D, limits=Limits(max_body_bytes=256 * 1024, max_batch=50),
                      datadir=datadir)

@@ -684,13 +684,19 @@ class ClusterCollection:
         return self.call("export", path, **options)
 
 
+#: AgentMemory methods that change nothing durable: retried while a host restarts.
+_AGENT_READS = frozenset({"recall", "rank", "get", "entries", "variants", "stats", "now",
+                          "gate_statistics", "gates", "band_gates", "verdict_models"})
+
+
 class ClusterAgentMemory:
     """An :class:`hopmem.agent.AgentMemory` living on a shard host: the same methods, called
     remotely (``memory.remember(...)``, ``memory.recall(...)``, ``memory.stats()``, ...).
 
-    Attributes that are not methods are read from the host at each access. A
-    call interrupted by a host failure is not retried (its outcome is unknown),
-    except that a restarted host first gets the memory opened again.
+    Attributes that are not methods are read from the host at each access.
+    Reads (``recall``, ``get``, ``stats``, ...) are retried while a host
+    restarts; a write interrupted by a host failure is not (its outcome is
+    unknown). A restarted host gets the memory opened again first.
     """
 
     def __init__(self, database: ClusterDatabase, namespace: str, encoder: Any,
@@ -720,7 +726,7 @@ class ClusterAgentMemory:
             try:
                 return self._db.invoke(self._shard, "agent_call", (
                     self._db.name, self._shard, self._namespace, method, args, kwargs),
-                    method.startswith("get:"))
+                    method.startswith("get:") or method in _AGENT_READS)
             except NotOpen:
                 if attempt:
                     raise
