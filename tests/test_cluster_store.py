@@ -61,6 +61,61 @@ def test_importing_hopmem_cluster_does_not_import_ray():
     assert out.stdout.strip() == "False"
 
 
+# -- the catalog and a shard host, without Ray ----------------------------------------------------
+
+
+def test_catalog_places_shards_on_the_least_loaded_hosts(tmp_path):
+    from hopmem.cluster.catalog import Catalog
+    cat = Catalog(str(tmp_path / "catalog.sqlite"))
+    with pytest.raises(InvalidInput, match="at least one registered shard host"):
+        cat.create_database("a", 4, 2, "", None, {})
+    for h in ("h0", "h1", "h2"):
+        cat.register_host(h, f"actor-{h}", None, str(tmp_path / h))
+    assert cat.create_database("a", 4, 4, "", None, {})["placement"] == ["h0", "h1", "h2", "h0"]
+    assert cat.create_database("b", 4, 2, "", None, {"k": 3})["placement"] == ["h1", "h2"]
+    with pytest.raises(AlreadyExists):
+        cat.create_database("a", 4, 1, "", None, {})
+    cat.move_shard("a", 3, "h2")
+    again = Catalog(cat.path)  # the file is the catalog: a restarted actor reads it back
+    assert again.database("a")["placement"] == ["h0", "h1", "h2", "h2"]
+    assert again.database("b")["config"] == {"k": 3}
+    assert again.cluster_id() == cat.cluster_id()
+    with pytest.raises(NotFound, match="host 'h9' not found"):
+        again.move_shard("a", 0, "h9")
+    assert again.drop_database("a") and not again.drop_database("a")
+    assert again.databases() == ["b"]
+
+
+def test_shard_host_serves_the_store_and_answers_not_here(tmp_path):
+    import inspect
+
+    from hopmem.cluster.host import ShardHost
+    from hopmem.cluster.wire import NotHere
+    from hopmem.store import Collection
+    host = ShardHost("h0", str(tmp_path / "h0"))
+    host.create_shard("db", 1, 8, None, {})
+    summary = host.database_call("db", 1, "collection", ("c",), {})
+    assert summary["name"] == "c" and summary["config"].dim == 8
+    res = host.collection_call("db", 1, "c", "write", (np.eye(8)[:2], ["a", "b"]), {})
+    assert res.ids == [1, 2]
+    assert host.collection_call("db", 1, "c", "resolve", (np.eye(8)[1], 1, "exact"), {})[0].metadata == "b"
+    with pytest.raises(NotHere):
+        host.database_call("db", 0, "collections", (), {})
+    with pytest.raises(InvalidInput, match="method: expected one of"):
+        host.collection_call("db", 1, "c", "_memory", (), {})
+    if "write_id" not in inspect.signature(Collection.write).parameters:
+        with pytest.raises(InvalidInput, match="write_id: expected a store that records"):
+            host.collection_call("db", 1, "c", "write", (np.eye(8)[:1],), {"write_id": "x"})
+    assert host.shards() == [("db", 1)]
+    size = host.freeze("db", 1, ".moves/x.hopmem")
+    assert size > 0
+    with pytest.raises(NotHere, match="moving"):
+        host.collection_call("db", 1, "c", "stats", (), {})
+    host.thaw("db", 1)
+    assert host.collection_call("db", 1, "c", "stats", (), {}).documents == 2
+    host.close()
+
+
 # -- on a local Ray cluster ----------------------------------------------------------------------
 
 

@@ -78,7 +78,7 @@ class ClusterDataDir:
         self._on_shutdown = on_shutdown
         self._open: dict[str, ClusterDatabase] = {}
         self._cluster_id: str | None = None
-        self._write_ids: bool | None = None
+        self._write_ids: dict[str, bool] = {}
 
     @property
     def transport(self) -> Transport:
@@ -90,12 +90,14 @@ class ClusterDataDir:
             self._cluster_id = str(self._t.catalog("cluster_id"))
         return self._cluster_id
 
-    def supports_write_ids(self) -> bool:
-        """Whether the hosts' store records write ids (so writes are retried safely)."""
-        if self._write_ids is None:
+    def supports_write_ids(self, method: str = "write") -> bool:
+        """Whether the hosts' store records write ids for ``Collection.<method>`` (so such
+        calls are retried safely)."""
+        if method not in self._write_ids:
             host = self.hosts()[0]["host_id"]
-            self._write_ids = bool(_value(self._t.host(host, "supports_write_ids", (), True)))
-        return self._write_ids
+            self._write_ids[method] = bool(_value(self._t.host(host, "supports_write_ids",
+                                                               (method,), True)))
+        return self._write_ids[method]
 
     def hosts(self) -> list[dict[str, Any]]:
         """The shard hosts: ``{host_id, actor, node_id, root, shards}`` each."""
@@ -260,6 +262,11 @@ class ClusterDatabase:
     def shards(self) -> int:
         """S, the number of shard files (fixed at creation)."""
         return int(self._record["shards"])
+
+    @property
+    def datadir(self) -> ClusterDataDir:
+        """The cluster this database belongs to."""
+        return self._dd
 
     @property
     def placement(self) -> list[str]:
@@ -583,9 +590,9 @@ class ClusterCollection:
 
     # -- writes -------------------------------------------------------------------------------------
 
-    def _write_options(self, write_id: str | None) -> tuple[dict[str, Any], bool]:
+    def _write_options(self, method: str, write_id: str | None) -> tuple[dict[str, Any], bool]:
         """The keywords and retry rule of a mutation: with a write id it may be retried."""
-        if write_id is None and self._db._dd.supports_write_ids():
+        if write_id is None and self._db.datadir.supports_write_ids(method):
             write_id = uuid.uuid4().hex
         if write_id is None:
             return {}, False
@@ -598,11 +605,13 @@ class ClusterCollection:
         ``write_id`` (when the store records them) makes a retry after an
         ambiguous failure apply once; the client gives one when none is passed.
         """
-        options, retry = self._write_options(write_id)
+        options, retry = self._write_options("write", write_id)
         return self.call("write", vectors, metadata, _retry=retry, **options)
 
-    def compress(self, max_locations: int | None = None) -> Any:
-        return self.call("compress", max_locations, _retry=False)
+    def compress(self, max_locations: int | None = None, *, write_id: str | None = None) -> Any:
+        """As :meth:`hopmem.store.Collection.compress`; retried safely with write ids, as ``write``."""
+        options, retry = self._write_options("compress", write_id)
+        return self.call("compress", max_locations, _retry=retry, **options)
 
     def checkpoint(self) -> None:
         self.call("checkpoint")

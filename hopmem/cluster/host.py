@@ -84,7 +84,7 @@ class ShardHost:
         self._frozen: set[tuple[str, int]] = set()
         self._inflight: dict[tuple[str, int], int] = {}
         self._cond = threading.Condition(threading.RLock())
-        self._write_ids: bool | None = None
+        self._write_ids: dict[str, bool] = {}
         self._agents: dict[tuple[str, int, str], Any] = {}
         logger.info("shard host %s serving %s (pid %d)", host_id, self.root, os.getpid())
 
@@ -94,12 +94,14 @@ class ShardHost:
         """The process id of this host (the fault tests kill it)."""
         return os.getpid()
 
-    def supports_write_ids(self) -> bool:
-        """Whether the store's ``Collection.write`` takes ``write_id=`` (retries applied once)."""
-        if self._write_ids is None:
+    def supports_write_ids(self, method: str = "write") -> bool:
+        """Whether the store's ``Collection.<method>`` takes ``write_id=`` (a retry applied once)."""
+        if method not in self._write_ids:
             from ..store import Collection
-            self._write_ids = "write_id" in inspect.signature(Collection.write).parameters
-        return self._write_ids
+            fn = getattr(Collection, method, None)
+            self._write_ids[method] = fn is not None and \
+                "write_id" in inspect.signature(fn).parameters
+        return self._write_ids[method]
 
     def shards(self) -> list[tuple[str, int]]:
         """``(database, shard)`` of every shard file under the root, sorted."""
@@ -243,7 +245,7 @@ class ShardHost:
             if method in ("write", "compress") and "write_id" in kwargs:
                 if kwargs["write_id"] is None:
                     del kwargs["write_id"]
-                elif not self.supports_write_ids():
+                elif not self.supports_write_ids(method):
                     raise InvalidInput("write_id: expected a store that records write ids, got "
                                        "one without them (upgrade hopmem on the hosts)")
             target: Any = coll
