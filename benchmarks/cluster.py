@@ -3,6 +3,7 @@
     python -m benchmarks.cluster                      # d = 384, medians of 3 runs
     python -m benchmarks.cluster --docs 200000 --json out.json
     python -m benchmarks.cluster --smoke              # tiny sizes: checks the script runs
+    python -m benchmarks.cluster --skip-http --pin-hosts   # one core per shard host
 
 Figures (each the median of ``--runs`` runs; the same for single-node hopmem):
 
@@ -201,6 +202,23 @@ def _heavy(colls: list[Any], batches: int, batch: int, d: int) -> float:
     return len(colls) * batches * batch / (time.perf_counter() - t0)
 
 
+def pin_hosts(cluster: Any) -> dict[str, int]:
+    """Pin each shard host's process (every thread) to one core of its own, round robin:
+    on one machine, a host then has the CPU one machine of its own would give it."""
+    cpus = sorted(os.sched_getaffinity(0))
+    pinned = {}
+    for i, host in enumerate(h["host_id"] for h in cluster.hosts()):
+        ok, pid = cluster.transport.host(host, "pid", (), True)
+        cpu = cpus[i % len(cpus)]
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                os.sched_setaffinity(int(tid), {cpu})
+            except OSError:  # a thread that ended meanwhile
+                pass
+        pinned[host] = cpu
+    return pinned
+
+
 def library_runs(args: argparse.Namespace) -> dict[str, Any]:
     import hopmem
     from hopmem.cluster import start_local
@@ -231,6 +249,8 @@ def library_runs(args: argparse.Namespace) -> dict[str, Any]:
         spread = [heavy_db.collection(c) for c in _names_on(heavy_db, hosts[:2], "two")]
         heavy_local = hopmem.open(os.path.join(local_dir, "heavy.hopmem"), d)
         for run in range(args.runs):
+            if args.pin_hosts:
+                pin_hosts(cluster)
             one = _time_queries(lambda q: whole.resolve(q, limit=10, mode="exact"), queries)
             scattered = _time_queries(_scatter(split, pool), queries)
             single = _time_queries(lambda q: lcoll.resolve(q, limit=10, mode="exact"), queries)
@@ -265,6 +285,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--queries", type=int, default=30, help="top-10 queries per run")
     p.add_argument("--batches", type=int, default=4, help="heavy batches per writer per run")
     p.add_argument("--batch", type=int, default=1000, help="vectors per heavy batch")
+    p.add_argument("--pin-hosts", action="store_true",
+                   help="library figures: pin each shard host to a core of its own (one "
+                        "machine's worth of CPU per host, as on separate machines)")
     p.add_argument("--skip-http", action="store_true")
     p.add_argument("--skip-library", action="store_true")
     p.add_argument("--smoke", action="store_true", help="tiny sizes, one run")
@@ -279,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         print("benchmarks.cluster: Ray is not installed (pip install 'hopmem[cluster]'); skipped")
         return 0
     out: dict[str, Any] = {"dim": args.dim, "runs": args.runs, "docs": args.docs,
+                           "pin_hosts": args.pin_hosts,
                            "partitions": args.partitions, "cpus": os.cpu_count(),
                            "load_before": os.getloadavg()[0]}
     if not args.skip_http:

@@ -116,6 +116,42 @@ def test_shard_host_serves_the_store_and_answers_not_here(tmp_path):
     host.close()
 
 
+def test_a_group_of_server_reads_is_one_call_per_method_to_a_remote_collection():
+    pytest.importorskip("starlette")
+    import asyncio
+
+    from hopmem.server.reads import _run_group
+
+    class Remote:  # what a cluster collection offers the server's read groups
+        def __init__(self):
+            self.calls = []
+
+        def read_group(self, method, queries):
+            self.calls.append((method, len(queries)))
+            return [(True, (method, q)) if q >= 0 else (False, InvalidInput("bad")) for q, _ in queries]
+
+        def analyze(self, query, strategy):
+            raise AssertionError("a remote collection's reads travel as groups")
+
+        def read_scored(self, query, strategy):
+            raise AssertionError("a remote collection's reads travel as groups")
+
+    loop = asyncio.new_event_loop()
+    try:
+        remote = Remote()
+        futures = [loop.create_future() for _ in range(5)]
+        futures[2].cancel()  # a read given up meanwhile is not sent
+        reads = [(remote.analyze, 0, "iterative", futures[0]), (remote.read_scored, 1, "fast", futures[1]),
+                 (remote.analyze, 2, "iterative", futures[2]), (remote.analyze, -1, "iterative", futures[3]),
+                 (remote.analyze, 4, "iterative", futures[4])]
+        out = _run_group(reads)
+    finally:
+        loop.close()
+    assert sorted(remote.calls) == [("analyze", 3), ("read_scored", 1)]
+    assert out[0] == (True, ("analyze", 0)) and out[1] == (True, ("read_scored", 1))
+    assert out[2] == (False, None) and out[3][0] is False and out[4] == (True, ("analyze", 4))
+
+
 # -- on a local Ray cluster ----------------------------------------------------------------------
 
 
