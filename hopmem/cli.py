@@ -1,8 +1,9 @@
 """The ``hopmem`` command: thin argument handling over the library.
 
 Subcommands: ``stats PATH``, ``export PATH COLLECTION OUT``, ``import PATH IN``,
-``demo``, ``mcp`` (the agent memory as an MCP server), and (when the server is
-installed) ``serve`` and ``keys``. Errors are printed as ``hopmem: error: ...``
+``demo``, ``mcp`` (the agent memory as an MCP server), ``shard list|move`` (a
+cluster's shards, see :mod:`hopmem.cluster`), and (when the server is installed)
+``serve`` and ``keys``. Errors are printed as ``hopmem: error: ...``
 with exit status 1 (2 for bad arguments).
 """
 
@@ -93,6 +94,31 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     return mcp_server.main(args)
 
 
+def _cmd_shard(args: argparse.Namespace) -> int:
+    from . import cluster
+
+    hopmem_cluster = cluster.connect(args.ray)
+    try:
+        if args.shard_command == "move":
+            out: Any = hopmem_cluster.move_shard(args.database, args.shard, args.host)
+            text = (f"moved shard {out['shard']} of {out['database']!r} from {out['from']} to "
+                    f"{out['to']} ({out['bytes']} bytes, {out['seconds']} s)" if out["moved"] else
+                    f"shard {out['shard']} of {out['database']!r} is already on {out['to']}")
+        else:
+            names = [args.database] if args.database else hopmem_cluster.list()
+            out = {"hosts": hopmem_cluster.hosts(),
+                   "databases": {n: hopmem_cluster.placement(n) for n in names}}
+            lines = [f"host {h['host_id']}: {h['shards']} shard(s) in {h['root']}"
+                     for h in out["hosts"]]
+            lines += [f"{n}: " + " ".join(f"{i}->{h}" for i, h in enumerate(p))
+                      for n, p in out["databases"].items()]
+            text = "\n".join(lines)
+    finally:
+        hopmem_cluster.shutdown()
+    print(json.dumps(out, indent=2) if args.json else text)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="hopmem", description="hopmem: a Hopfield-style associative memory.")
@@ -126,6 +152,24 @@ def build_parser() -> argparse.ArgumentParser:
                                    "stdio (default) or streamable HTTP (--http).")
     add_mcp_arguments(p)
     p.set_defaults(func=_cmd_mcp)
+
+    p = sub.add_parser("shard", help="list or move the shards of a hopmem cluster on Ray "
+                                     "(needs hopmem[cluster])",
+                       description="The shards of a cluster's databases: where each one is "
+                                   "(list), and moving one to another host (move: checkpoint, "
+                                   "backup, copy, reopen there, update the catalog).")
+    p.add_argument("--ray", metavar="ADDRESS", default="auto",
+                   help="the Ray cluster's address (default auto)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    shard_sub = p.add_subparsers(dest="shard_command", metavar="{list,move}")
+    shard_sub.required = True
+    q = shard_sub.add_parser("list", help="hosts, and the host of each shard")
+    q.add_argument("database", nargs="?", help="only this database")
+    q = shard_sub.add_parser("move", help="move one shard to another host")
+    q.add_argument("database", metavar="DATABASE")
+    q.add_argument("shard", metavar="SHARD", type=int)
+    q.add_argument("host", metavar="HOST", help="the target host's id (see shard list)")
+    p.set_defaults(func=_cmd_shard)
 
     p = sub.add_parser("demo", help="run the demonstration (its options: hopmem demo --help)",
                        add_help=False)

@@ -141,3 +141,66 @@ def clustered(n: int, dim: int, *, rng: np.random.Generator | int = 0, centres: 
     if unit:
         X /= np.linalg.norm(X, axis=1, keepdims=True)
     return X.astype(np.float32)
+
+
+# -- Ray (hopmem.cluster) ---------------------------------------------------------------------
+
+CLUSTER_SKIP = "Ray is not installed (the optional extra hopmem[cluster])"
+
+
+def ray_installed() -> bool:
+    import importlib.util
+    return importlib.util.find_spec("ray") is not None
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(tmp_path_factory):
+    """ONE local Ray cluster (2 shard hosts) for the whole session, shut down at its end.
+
+    Starting Ray costs 5-10 s, so every cluster test shares this one; each test
+    works in databases of its own (:func:`cluster_db_name`).
+    """
+    if not ray_installed():
+        pytest.skip(CLUSTER_SKIP)
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    from hopmem.cluster import start_local
+    cluster = start_local(hosts=2, root=str(tmp_path_factory.mktemp("cluster")))
+    try:
+        yield cluster
+    finally:
+        cluster.shutdown()
+
+
+_CLUSTER_DBS = iter(range(1, 1 << 30))
+
+
+def cluster_db_name(prefix: str = "t") -> str:
+    """A database name not used before in this session's cluster."""
+    return f"{prefix}{next(_CLUSTER_DBS)}"
+
+
+class StoreOpener:
+    """``opener(dim=None, **config)``: a database to use in a ``with`` block, reopened on
+    each later call: a file (``hopmem.open(path)``) or a cluster database (``start_local``)."""
+
+    def __init__(self, kind: str, path: str, cluster=None) -> None:
+        self.kind = kind
+        self.path = path
+        self.cluster = cluster
+        self.name = cluster_db_name() if cluster is not None else None
+
+    def __call__(self, dim=None, **config):
+        if self.cluster is None:
+            import hopmem
+            return hopmem.open(self.path, dim, **config)
+        if dim is not None and not self.cluster.exists(self.name):
+            return self.cluster.create(self.name, dim, **config)
+        return self.cluster.get(self.name)
+
+
+@pytest.fixture(params=["local", "cluster"])
+def store_opener(request, tmp_path):
+    """The store API tests' databases: a local file, then the same on a Ray cluster."""
+    if request.param == "cluster":
+        return StoreOpener("cluster", "", request.getfixturevalue("ray_cluster"))
+    return StoreOpener("local", str(tmp_path / "db.hopmem"))

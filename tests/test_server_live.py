@@ -402,42 +402,48 @@ def test_seed_002_recipe_runs_unchanged(tmp_path, monkeypatch):
         if port is None:
             raise
         srv = LiveServer(tmp_path / "data", 8)  # 6380 was taken meanwhile
+    with srv:
+        run_recipe(srv)
+
+
+def run_recipe(srv) -> None:
+    """The seed-002 recipe, unchanged but for its URL, against the live server ``srv``
+    (the working directory receives the recipe's sidecar file)."""
     source = RECIPE
     if srv.port != RECIPE_PORT:  # the one change allowed: the URL constant
         source = source.replace('"http://localhost:6380"', f'"http://localhost:{srv.port}"')
-    with srv:
-        # The recipe assumes its database exists.
-        assert srv.call("POST", "/db", {"name": "agents", "dimension": EMBED_DIM})[0] == 200
-        # TAU from held-out messages for this embedding: related ones score >= 0.4,
-        # unrelated ones <= 0.15 (fidelity of an iterative read).
-        ns: dict[str, object] = {"embed": embed, "TAU": 0.3}
-        exec(compile(source, "seed_002_recipe", "exec"), ns)  # noqa: S102 - runs the recipe unchanged, as users do
-        remember, recall, build_context = ns["remember"], ns["recall"], ns["build_context"]
-        for i, text in enumerate(TURNS):
-            remember("conv-1", text, 1000.0 + i)
+    # The recipe assumes its database exists.
+    assert srv.call("POST", "/db", {"name": "agents", "dimension": EMBED_DIM})[0] == 200
+    # TAU from held-out messages for this embedding: related ones score >= 0.4,
+    # unrelated ones <= 0.15 (fidelity of an iterative read).
+    ns: dict[str, object] = {"embed": embed, "TAU": 0.3}
+    exec(compile(source, "seed_002_recipe", "exec"), ns)  # noqa: S102 - runs the recipe unchanged, as users do
+    remember, recall, build_context = ns["remember"], ns["recall"], ns["build_context"]
+    for i, text in enumerate(TURNS):
+        remember("conv-1", text, 1000.0 + i)
 
-        stats = srv.call("GET", "/db/agents/collections/conv-1/stats")[1]
-        assert stats["writes"] == len(TURNS) and stats["documents"] == len(TURNS)
+    stats = srv.call("GET", "/db/agents/collections/conv-1/stats")[1]
+    assert stats["writes"] == len(TURNS) and stats["documents"] == len(TURNS)
 
-        for text in TURNS:
-            f, mems = recall("conv-1", text)
-            assert mems[0][0] == text, (text, mems[:2], f)
-            assert f >= 0.3
-        # a paraphrase lands on its turn
-        f, mems = recall("conv-1", "billing service Stripe migration deadline")
-        assert mems[0][0] == TURNS[0]
+    for text in TURNS:
+        f, mems = recall("conv-1", text)
+        assert mems[0][0] == text, (text, mems[:2], f)
+        assert f >= 0.3
+    # a paraphrase lands on its turn
+    f, mems = recall("conv-1", "billing service Stripe migration deadline")
+    assert mems[0][0] == TURNS[0]
 
-        lines, f = build_context("conv-1", "who owns the incident runbook, Alice?")
-        assert lines is not None and TURNS[4] in lines and lines.startswith("- ["), (lines, f)
-        assert f >= ns["TAU"]
-        # a topic the conversation never touched abstains
-        lines, f = build_context("conv-1", "recipe for banana bread")
-        assert lines is None and f < ns["TAU"]
-        # the documents the recipe's writes created carry its metadata
-        docs = srv.call("GET", "/db/agents/collections/conv-1/documents")[1]["documents"]
-        assert [d["metadata"]["text"] for d in docs] == TURNS
-        # "verify the collection is the one you think": stats 404 for a typo
-        assert srv.call("GET", "/db/agents/collections/conv-l/stats")[0] == 404
+    lines, f = build_context("conv-1", "who owns the incident runbook, Alice?")
+    assert lines is not None and TURNS[4] in lines and lines.startswith("- ["), (lines, f)
+    assert f >= ns["TAU"]
+    # a topic the conversation never touched abstains
+    lines, f = build_context("conv-1", "recipe for banana bread")
+    assert lines is None and f < ns["TAU"]
+    # the documents the recipe's writes created carry its metadata
+    docs = srv.call("GET", "/db/agents/collections/conv-1/documents")[1]["documents"]
+    assert [d["metadata"]["text"] for d in docs] == TURNS
+    # "verify the collection is the one you think": stats 404 for a typo
+    assert srv.call("GET", "/db/agents/collections/conv-l/stats")[0] == 404
 
 
 def test_load_client_reads_whole_responses_and_stops_on_an_error(tmp_path):

@@ -22,9 +22,18 @@ def unit_rows(n: int, seed: int = 0, d: int = D) -> np.ndarray:
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
-@pytest.fixture
-def client(tmp_path):
-    app = create_app(tmp_path / "data", D, limits=Limits(max_body_bytes=256 * 1024, max_batch=50))
+@pytest.fixture(params=["local", "cluster"])
+def client(request, tmp_path):
+    """The app over a data directory, then over a Ray cluster (``start_local``, emptied first)."""
+    datadir = None
+    if request.param == "cluster":
+        datadir = request.getfixturevalue("ray_cluster")
+        for name in datadir.list():
+            datadir.drop(name)
+        (tmp_path / "data").mkdir()
+        datadir.root = str(tmp_path / "data")
+    app = create_app(tmp_path / "data", D, limits=Limits(max_body_bytes=256 * 1024, max_batch=50),
+                     datadir=datadir)
     with TestClient(app, raise_server_exceptions=True) as c:
         yield c
 

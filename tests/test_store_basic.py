@@ -99,8 +99,8 @@ def test_reopen_without_any_checkpoint_replays_everything(path):
         assert db.collection("c").snapshot() == state
 
 
-def test_collections_get_create_list_drop(path):
-    with hopmem.open(path, dim=8) as db:
+def test_collections_get_create_list_drop(store_opener):
+    with store_opener(dim=8) as db:
         with pytest.raises(NotFound, match="'nope' not found"):
             db.get_collection("nope")
         a = db.collection("a")
@@ -119,13 +119,13 @@ def test_collections_get_create_list_drop(path):
             db.get_collection("a")
         fresh = db.collection("a")  # a new, empty one
         assert len(fresh) == 0 and fresh.documents.count() == 0
-    with hopmem.open(path) as db:
+    with store_opener() as db:
         assert db.collections() == ["a", "b"]
         assert db.get_collection("b").config.mode == "plain"
 
 
-def test_collection_config_must_match_when_given(path):
-    with hopmem.open(path, dim=8, k=5) as db:
+def test_collection_config_must_match_when_given(store_opener):
+    with store_opener(dim=8, k=5) as db:
         coll = db.collection("c", beta=9.0)
         assert coll.config.k == 5 and coll.config.beta == 9.0
         assert db.collection("c", beta=9.0) is coll
@@ -137,22 +137,22 @@ def test_collection_config_must_match_when_given(path):
 
 @pytest.mark.parametrize("name", ["", "a/b", "a\\b", ".", "..", "x" * 129, "tab\there",
                                   " lead", 7, None])
-def test_bad_collection_names(path, name):
-    with hopmem.open(path, dim=4) as db:
+def test_bad_collection_names(store_opener, name):
+    with store_opener(dim=4) as db:
         with pytest.raises(InvalidInput, match="collection name"):
             db.collection(name)
 
 
 @pytest.mark.parametrize("name", ["ok", "a", "x" * 128, "with space", "ünïcode", "dots.in.name"])
-def test_good_collection_names(path, name):
-    with hopmem.open(path, dim=4) as db:
+def test_good_collection_names(store_opener, name):
+    with store_opener(dim=4) as db:
         db.collection(name).write(np.ones(4))
-    with hopmem.open(path) as db:
+    with store_opener() as db:
         assert db.collections() == [name]
 
 
-def test_write_validation_writes_nothing(path):
-    with hopmem.open(path, dim=4) as db:
+def test_write_validation_writes_nothing(store_opener):
+    with store_opener(dim=4) as db:
         coll = db.collection("c")
         with pytest.raises(DimensionMismatch):
             coll.write(np.ones((2, 5)))
@@ -171,8 +171,8 @@ def test_write_validation_writes_nothing(path):
         assert empty.count == 0 and empty.ids == [] and coll.seq == 0
 
 
-def test_write_results_and_single_vector_metadata(path):
-    with hopmem.open(path, dim=4) as db:
+def test_write_results_and_single_vector_metadata(store_opener):
+    with store_opener(dim=4) as db:
         coll = db.collection("c")
         assert coll.write(np.ones((3, 4))).ids is None
         res = coll.write(np.eye(4)[1], metadata=["a", "list", "is", "one value"])
@@ -183,11 +183,11 @@ def test_write_results_and_single_vector_metadata(path):
         assert coll.stats().documents == 3 and coll.stats().writes == 6
 
 
-def test_memory_api_is_delegated(path):
+def test_memory_api_is_delegated(store_opener):
     X = clustered(40, 8, rng=0, noise=0.15, centre_seed=99)
     mem = Memory(8)
     mem.write(X)
-    with hopmem.open(path, dim=8) as db:
+    with store_opener(dim=8) as db:
         coll = db.collection("c")
         with pytest.raises(hopmem.EmptyMemory):
             coll.read(X[0])
@@ -207,12 +207,12 @@ def test_memory_api_is_delegated(path):
         assert not hasattr(coll, "restore")  # a collection's state is its journal
 
 
-def test_centering_and_gate_are_persisted(path):
+def test_centering_and_gate_are_persisted(store_opener):
     class Fake:
         def to_dict(self):
             return {"format": "x", "mean": [1.5, 2.5]}
 
-    with hopmem.open(path, dim=4) as db:
+    with store_opener(dim=4) as db:
         coll = db.collection("c")
         assert coll.centering is None and coll.gate is None
         coll.centering = Fake()
@@ -222,12 +222,12 @@ def test_centering_and_gate_are_persisted(path):
         got = coll.centering
         got["mean"].append(9)  # a copy: the stored value is unchanged
         assert coll.centering == {"format": "x", "mean": [1.5, 2.5]}
-    with hopmem.open(path) as db:
+    with store_opener() as db:
         coll = db.collection("c")
         assert coll.centering == {"format": "x", "mean": [1.5, 2.5]}
         assert coll.gate == {"tau": 0.4}
         coll.gate = None
-    with hopmem.open(path) as db:
+    with store_opener() as db:
         assert db.collection("c").gate is None
 
 

@@ -19,8 +19,9 @@ def unit(v):
 
 
 @pytest.fixture
-def db(tmp_path):
-    with hopmem.open(str(tmp_path / "db.hopmem"), dim=16) as database:
+def db(store_opener):
+    """A 16-d database: a local file, then one on a Ray cluster (``store_opener``)."""
+    with store_opener(dim=16) as database:
         yield database
 
 
@@ -90,7 +91,7 @@ def test_indexed_results_are_a_subset_of_exact(db):
         assert h.similarity == pytest.approx(exact[h.id], abs=1e-6)
 
 
-def test_delete_removes_from_get_list_and_both_query_modes(db, tmp_path):
+def test_delete_removes_from_get_list_and_both_query_modes(db, store_opener):
     coll = db.collection("c")
     X = clustered(20, 16, rng=6, noise=0.15, centre_seed=99)
     coll.write(X, metadata=[f"d{i}" for i in range(20)])
@@ -109,9 +110,9 @@ def test_delete_removes_from_get_list_and_both_query_modes(db, tmp_path):
     assert coll.documents.count() == 19 and coll.stats().documents == 19
     assert coll.snapshot() == state  # superposition: the memory is unchanged
     # After a reopen too, and ids are never reused.
-    path = db.path
+    reopen = store_opener
     db.close()
-    with hopmem.open(path) as db2:
+    with reopen() as db2:
         c2 = db2.collection("c")
         assert 5 not in c2.documents
         for mode in ("indexed", "exact"):

@@ -1,10 +1,46 @@
-"""hopmem beyond one machine: placement of collections on shards, partitioned collections.
+"""hopmem on a Ray cluster: sharded databases, shard hosts, a catalog, one HTTP front.
 
-Importing this package imports nothing from Ray: the Ray parts load only when
-used, and :mod:`hopmem.cluster.partitions` (stable placement, partitioned
-collections over any collection-like objects) needs no Ray at all.
+A logical database is split into S shard files (S fixed at creation and kept in
+the catalog); a collection lives in shard ``stable_shard(database, collection, S)``.
+Each shard host (a Ray actor owning a node-local directory) runs the ordinary
+store over its shard files; the catalog (a named, detached actor over a small
+SQLite file) maps shards to hosts. :func:`connect` and :func:`start_local`
+return a :class:`~hopmem.cluster.client.ClusterDataDir`: the ``DataDir`` /
+``Database`` / ``Collection`` API with the same results and errors, plus
+``shutdown()``. See ``docs/scale-out.md``.
+
+A partitioned collection (:mod:`hopmem.cluster.partitions`) spreads one
+collection's documents over several parts and answers exact queries as one
+collection would; it needs no Ray.
+
+Ray is the optional extra ``hopmem[cluster]``; importing this package does
+not import it (only :func:`connect` and :func:`start_local` do).
 """
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from typing import Any
+
+from .placement import stable_shard
+
+__all__ = ["connect", "start_local", "stable_shard", "ClusterDataDir", "ClusterDatabase",
+           "ClusterCollection"]
+
+
+def connect(address: str = "auto", **options: Any) -> Any:
+    """Join a Ray cluster; see :func:`hopmem.cluster.runtime.connect`."""
+    from .runtime import connect as connect_
+    return connect_(address, **options)
+
+
+def start_local(hosts: int = 2, root: Any = "hopmem-cluster", **options: Any) -> Any:
+    """Start a local Ray cluster; see :func:`hopmem.cluster.runtime.start_local`."""
+    from .runtime import start_local as start_local_
+    return start_local_(hosts, root, **options)
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("ClusterDataDir", "ClusterDatabase", "ClusterCollection"):
+        from . import client
+        return getattr(client, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

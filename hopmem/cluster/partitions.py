@@ -61,7 +61,6 @@ Semantics
 from __future__ import annotations
 
 import functools
-import hashlib
 import heapq
 import json
 import logging
@@ -78,6 +77,7 @@ from ..memory import as_vectors
 from ..resolution import ResolveMode, check_limit, check_mode
 from ..store.collection import CollectionStats, check_write_id, encode_metadata
 from ..store.documents import Document, DocumentHit, Documents
+from .placement import stable_hash, stable_shard
 
 __all__ = [
     "stable_shard", "stable_hash", "encode_doc_id", "partition_of", "local_doc_id",
@@ -96,38 +96,6 @@ def _check_count(value: Any, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise InvalidInput(f"{name}: expected an integer >= 1, got {value!r}")
     return int(value)
-
-
-def _hash64(*fields: bytes) -> int:
-    h = hashlib.blake2b(digest_size=8, person=b"hopmem.place")
-    for f in fields:
-        h.update(len(f).to_bytes(8, "little"))
-        h.update(f)
-    return int.from_bytes(h.digest(), "big")
-
-
-def stable_hash(key: str | bytes | int) -> int:
-    """A 64-bit hash of ``key``, the same in every process and on every machine (BLAKE2b)."""
-    if isinstance(key, str):
-        return _hash64(b"s", key.encode("utf-8"))
-    if isinstance(key, bytes):
-        return _hash64(b"b", key)
-    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
-        return _hash64(b"i", str(int(key)).encode("ascii"))
-    raise InvalidInput(f"key: expected a str, bytes or int, got {type(key).__name__}")
-
-
-def stable_shard(database: str, collection: str, shards: int) -> int:
-    """The shard (0..shards-1) of collection ``collection`` of database ``database``.
-
-    A BLAKE2b hash of the length-prefixed UTF-8 names, modulo ``shards``:
-    stable across processes, machines and restarts.
-    """
-    for name, value in (("database", database), ("collection", collection)):
-        if not isinstance(value, str):
-            raise InvalidInput(f"{name}: expected a str, got {type(value).__name__}")
-    shards = _check_count(shards, "shards")
-    return _hash64(database.encode("utf-8"), collection.encode("utf-8")) % shards
 
 
 def encode_doc_id(local_id: int, partition: int, partitions: int) -> int:

@@ -109,6 +109,13 @@ def add_subcommands(subparsers: Any) -> None:
     serve_p.add_argument("--access-log", action="store_true",
                          default=_env("HOPMEM_ACCESS_LOG", False, _bool),
                          help="log every request (env HOPMEM_ACCESS_LOG; default off)")
+    serve_p.add_argument("--ray", default=_env("HOPMEM_RAY", None), metavar="ADDRESS",
+                         help="serve a hopmem cluster on Ray instead of the data directory: a "
+                              "Ray address (e.g. auto, or HOST:6379), or 'local' to start a "
+                              "local Ray cluster over --data-dir (env HOPMEM_RAY; needs "
+                              "hopmem[cluster])")
+    serve_p.add_argument("--hosts", type=_positive_int, default=_env("HOPMEM_RAY_HOSTS", 2, int),
+                         help="shard hosts of --ray local (env HOPMEM_RAY_HOSTS; default 2)")
     serve_p.set_defaults(func=serve)
 
     keys_p = subparsers.add_parser(
@@ -211,15 +218,43 @@ def serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     data_dir = _data_dir(args)
+    cluster = None
     try:
-        limits = Limits(max_body_bytes=args.max_body_bytes, max_batch=args.max_batch,
-                        request_timeout=args.request_timeout)
-        app = create_app(data_dir, args.dimension, limits=limits, auth=args.auth,
-                         host=args.host, threads=args.threads,
-                         shutdown_timeout=args.shutdown_timeout, encoder=args.encoder)
-    except (ValueError, RuntimeError, OSError, HopmemError) as exc:
-        print(f"hopmem serve: {exc}", file=sys.stderr)
-        return 2
+        if getattr(args, "ray", None):
+            try:
+                cluster = _open_cluster(args, data_dir)
+            except (ImportError, HopmemError, OSError, RuntimeError, ValueError) as exc:
+                print(f"hopmem serve --ray: {exc}", file=sys.stderr)
+                return 2
+        try:
+            limits = Limits(max_body_bytes=args.max_body_bytes, max_batch=args.max_batch,
+                            request_timeout=args.request_timeout)
+            app = create_app(data_dir, args.dimension, limits=limits, auth=args.auth,
+                             host=args.host, threads=args.threads,
+                             shutdown_timeout=args.shutdown_timeout, encoder=args.encoder,
+                             datadir=cluster)
+        except (ValueError, RuntimeError, OSError, HopmemError) as exc:
+            print(f"hopmem serve: {exc}", file=sys.stderr)
+            return 2
+        return _serve_app(app, args, data_dir, limits)
+    finally:
+        if cluster is not None:
+            cluster.shutdown()
+
+
+def _open_cluster(args: argparse.Namespace, data_dir: str) -> Any:
+    """The cluster ``--ray`` names: a local one started over ``data_dir``, or one joined."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    import hopmem.cluster as hc
+    if args.ray == "local":
+        cluster = hc.start_local(hosts=args.hosts, root=data_dir)
+    else:
+        cluster = hc.connect(args.ray, root=data_dir)
+    cluster.root = os.path.abspath(data_dir)
+    return cluster
+
+
+def _serve_app(app: Any, args: argparse.Namespace, data_dir: str, limits: Any) -> int:
     policy = app.state.hopmem.policy
     if policy.always and not policy.keys.has_active_keys():
         print(f"hopmem serve: binding {args.host} requires API keys and none exists: create "

@@ -9,6 +9,10 @@ that runs its reads one after another. Under light load a group is a single
 read that starts at once; under load the reads that arrived meanwhile form the
 next group.
 
+A cluster's collection (:mod:`hopmem.cluster`) has ``read_group``: a group of its
+reads then travels as one actor call to the shard's host instead of one call
+per read.
+
 Every read is still computed alone (``Collection.analyze`` or
 ``Collection.read_scored`` with one query), so its numbers are exactly those of
 a read on its own, and an error (say, an empty
@@ -32,6 +36,9 @@ _Read = tuple[Callable[[Any, str], Any], Any, str, asyncio.Future]
 
 def _run_group(reads: list[_Read]) -> list[tuple[bool, Any]]:
     """In a worker thread: each read's ``(ok, trace or exception)``, in order."""
+    owner = getattr(reads[0][0], "__self__", None) if reads else None
+    if callable(getattr(owner, "read_group", None)):
+        return _run_remote_group(owner, reads)
     out: list[tuple[bool, Any]] = []
     for method, query, strategy, future in reads:
         if future.done():  # cancelled meanwhile (timed out, client gone): skip the work
@@ -41,6 +48,24 @@ def _run_group(reads: list[_Read]) -> list[tuple[bool, Any]]:
             out.append((True, method(query, strategy)))
         except Exception as exc:  # noqa: BLE001 - one bad query answers its own error, not the batch's
             out.append((False, exc))
+    return out
+
+
+def _run_remote_group(owner: Any, reads: list[_Read]) -> list[tuple[bool, Any]]:
+    """A group of reads of a remote collection (a cluster's): ONE call per read method
+    (``owner.read_group(method, [(query, strategy), ...])``), each read still answered alone."""
+    out: list[tuple[bool, Any]] = [(False, None)] * len(reads)
+    by_method: dict[str, list[int]] = {}
+    for i, (method, _, _, future) in enumerate(reads):
+        if not future.done():  # cancelled meanwhile: skip the work
+            by_method.setdefault(method.__name__, []).append(i)
+    for name, idx in by_method.items():
+        try:
+            answers = owner.read_group(name, [(reads[i][1], reads[i][2]) for i in idx])
+        except Exception as exc:  # noqa: BLE001 - the call failed: every read in it answers that
+            answers = [(False, exc)] * len(idx)
+        for i, outcome in zip(idx, answers):
+            out[i] = outcome
     return out
 
 

@@ -1,0 +1,773 @@
+"""The cluster's client objects: the ``DataDir`` / ``Database`` / ``Collection`` API over shard hosts.
+
+:class:`ClusterDataDir` (what :func:`hopmem.cluster.connect` and
+:func:`hopmem.cluster.start_local` return), :class:`ClusterDatabase` and
+:class:`ClusterCollection` answer like their store counterparts: the same
+methods, results and errors (an error raised on a host is raised here as the
+same class with the same message). Every call is one actor call to the host
+holding the collection's shard (``stable_shard(database, collection, S)``);
+calls that touch every shard (``collections()``) are one call per host.
+
+Retries. Reads, deletes and settings are retried while a host restarts (up to
+``retry_timeout`` seconds). A write is retried only when it carries a write id
+(the store records it in the journal, so a retry is applied once): the client
+gives every write one when the hosts' store supports them. Without write ids a
+write interrupted by a host failure raises :class:`~hopmem.errors.StoreError`
+saying its outcome is unknown.
+
+Nothing here imports Ray: the transport (:mod:`hopmem.cluster.runtime`) does.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from .._deprecation import positional_to_keywords, rename_keywords
+from ..config import MemoryConfig
+from ..errors import IncompatibleStore, InvalidInput, NotFound, StoreError
+from ..recall import RecallGate, RecallResult
+from ..store import EncoderInfo
+from ..store.documents import Document, DocumentHit, Documents
+from ..store.names import check_collection_name, check_database_name
+from .placement import stable_shard
+from .wire import Envelope, NotHere, NotOpen, unpack_error
+
+__all__ = ["ClusterDataDir", "ClusterDatabase", "ClusterCollection", "ClusterAgentMemory",
+           "Transport"]
+
+
+class Transport(Protocol):
+    """How the client reaches the catalog and the hosts (Ray actors, in practice)."""
+
+    retry_timeout: float
+
+    def catalog(self, method: str, *args: Any, **kwargs: Any) -> Any: ...
+
+    def host(self, host_id: str, method: str, args: tuple[Any, ...], retry: bool) -> Envelope: ...
+
+    def host_many(self, calls: Sequence[tuple[str, str, tuple[Any, ...]]],
+                  retry: bool) -> list[Envelope]: ...
+
+    def forget_hosts(self) -> None: ...
+
+
+def _value(envelope: Envelope) -> Any:
+    ok, value = envelope
+    if ok:
+        return value
+    raise unpack_error(value)
+
+
+class ClusterDataDir:
+    """Named sharded databases on a cluster: the :class:`hopmem.DataDir` API.
+
+    ``root`` is a directory of this process (the HTTP server keeps its API
+    keys there); the data itself lives in the hosts' directories.
+    """
+
+    def __init__(self, transport: Transport, root: str, *, default_shards: int = 4,
+                 on_shutdown: Callable[[], None] | None = None) -> None:
+        self._t = transport
+        self.root = root
+        self.default_shards = default_shards
+        self._on_shutdown = on_shutdown
+        self._open: dict[str, ClusterDatabase] = {}
+        self._cluster_id: str | None = None
+        self._write_ids: dict[str, bool] = {}
+
+    @property
+    def transport(self) -> Transport:
+        return self._t
+
+    @property
+    def cluster_id(self) -> str:
+        if self._cluster_id is None:
+            self._cluster_id = str(self._t.catalog("cluster_id"))
+        return self._cluster_id
+
+    def supports_write_ids(self, method: str = "write") -> bool:
+        """Whether the hosts' store records write ids for ``Collection.<method>`` (so such
+        calls are retried safely)."""
+        if method not in self._write_ids:
+            host = self.hosts()[0]["host_id"]
+            self._write_ids[method] = bool(_value(self._t.host(host, "supports_write_ids",
+                                                               (method,), True)))
+        return self._write_ids[method]
+
+    def hosts(self) -> list[dict[str, Any]]:
+        """The shard hosts: ``{host_id, actor, node_id, root, shards}`` each."""
+        return list(self._t.catalog("hosts"))
+
+    def placement(self, name: str) -> list[str]:
+        """The host id of each shard of database ``name``."""
+        return list(self._t.catalog("database", check_database_name(name))["placement"])
+
+    def path(self, name: str) -> str:
+        """A name for database ``name`` in messages (``ray://CLUSTER/NAME``); no local file."""
+        return f"ray://{self.cluster_id}/{check_database_name(name)}"
+
+    def exists(self, name: str) -> bool:
+        return check_database_name(name) in self._t.catalog("databases")
+
+    __contains__ = exists
+
+    def list(self) -> list[str]:
+        """Names of the databases, sorted."""
+        return list(self._t.catalog("databases"))
+
+    def create(self, name: str, dim: int, *, encoder: Any = None, shards: int | None = None,
+               **config: Any) -> ClusterDatabase:
+        """Create database ``name`` split in ``shards`` shard files (default
+        :attr:`default_shards`); :class:`~hopmem.errors.AlreadyExists` if it exists."""
+        check_database_name(name)
+        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
+            raise InvalidInput(f"dim: expected an integer >= 1, got {dim!r}")
+        shards = self.default_shards if shards is None else shards
+        info = None if encoder is None else EncoderInfo.of(encoder)
+        enc = None if info is None else {"name": info.name, "dim": info.dim,
+                                         "fingerprint": info.fingerprint}
+        record = self._t.catalog("create_database", name, int(dim), shards, "", enc, config)
+        try:
+            calls = [(host, "create_shard", (name, i, int(dim), info, config))
+                     for i, host in enumerate(record["placement"])]
+            first = _value(self._t.host_many(calls[:1], True)[0])
+            for envelope in self._t.host_many(calls[1:], True):
+                _value(envelope)
+        except BaseException:
+            self._t.catalog("drop_database", name)
+            for i, host in enumerate(record["placement"]):
+                self._t.host(host, "drop_shard", (name, i), True)
+            raise
+        self._t.catalog("set_created_at", name, first["created_at"])
+        record["created_at"] = first["created_at"]
+        db = ClusterDatabase(self, record, encoder)
+        self._open[name] = db
+        return db
+
+    def get(self, name: str, *, encoder: Any = None) -> ClusterDatabase:
+        """The existing database ``name``; :class:`~hopmem.errors.NotFound` if missing."""
+        check_database_name(name)
+        db = self._open.get(name)
+        if db is not None and not db.closed:
+            if encoder is not None:
+                db.use_encoder(encoder)
+            return db
+        db = ClusterDatabase(self, self._t.catalog("database", name), None)
+        if encoder is not None:
+            db.use_encoder(encoder)
+        self._open[name] = db
+        return db
+
+    def open(self, name: str, dim: int | None = None, *, encoder: Any = None,
+             **config: Any) -> ClusterDatabase:
+        """Get database ``name``, creating it (with ``dim`` and ``config``) if missing."""
+        if self.exists(name):
+            db = self.get(name, encoder=encoder)
+            if dim is not None and dim != db.dim:
+                raise IncompatibleStore(
+                    f"database {name!r} was created with dim={db.dim}, opened with dim={dim}")
+            return db
+        if dim is None:
+            raise NotFound(f"database {name!r} not found (give dim to create it)")
+        return self.create(name, dim, encoder=encoder, **config)
+
+    def drop(self, name: str) -> bool:
+        """Drop database ``name`` (its shard files go to each host's trash); False if absent."""
+        check_database_name(name)
+        db = self._open.pop(name, None)
+        if db is not None:
+            db.close()
+        try:
+            record = self._t.catalog("database", name)
+        except NotFound:
+            return False
+        self._t.catalog("drop_database", name)
+        calls = [(host, "drop_shard", (name, i)) for i, host in enumerate(record["placement"])]
+        for envelope in self._t.host_many(calls, True):
+            _value(envelope)
+        return True
+
+    def purge_trash(self, older_than: float = 7 * 86400.0) -> int:
+        """Delete, on every host, dropped shards moved aside more than ``older_than`` s ago."""
+        calls = [(h["host_id"], "purge_trash", (older_than,)) for h in self.hosts()]
+        return sum(int(_value(e)) for e in self._t.host_many(calls, True))
+
+    def move_shard(self, name: str, shard: int, host_id: str) -> dict[str, Any]:
+        """Move shard ``shard`` of database ``name`` to host ``host_id``; see :mod:`.moves`."""
+        from .moves import move_shard
+        result = move_shard(self._t, name, shard, host_id)
+        db = self._open.get(name)
+        if db is not None:
+            db.refresh()
+        return result
+
+    def close(self) -> None:
+        """Forget the databases opened here (the cluster keeps running)."""
+        dbs, self._open = list(self._open.values()), {}
+        for db in dbs:
+            db.close()
+
+    def shutdown(self) -> None:
+        """Close, then stop what this object started (a local cluster) or disconnect."""
+        self.close()
+        if self._on_shutdown is not None:
+            stop, self._on_shutdown = self._on_shutdown, None
+            stop()
+
+    def __enter__(self) -> ClusterDataDir:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        return f"ClusterDataDir({self.root!r})"
+
+
+class ClusterDatabase:
+    """One sharded database: the :class:`hopmem.store.Database` API."""
+
+    def __init__(self, datadir: ClusterDataDir, record: dict[str, Any], encoder: Any) -> None:
+        self._dd = datadir
+        self._record = record
+        self._encoder = encoder
+        self._collections: dict[str, ClusterCollection] = {}
+        self._config: MemoryConfig | None = None
+        self._closed = False
+
+    # -- what the catalog records ----------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return str(self._record["name"])
+
+    @property
+    def path(self) -> str:
+        return self._dd.path(self.name)
+
+    @property
+    def readonly(self) -> bool:
+        return False
+
+    @property
+    def dim(self) -> int:
+        return int(self._record["dim"])
+
+    @property
+    def shards(self) -> int:
+        """S, the number of shard files (fixed at creation)."""
+        return int(self._record["shards"])
+
+    @property
+    def datadir(self) -> ClusterDataDir:
+        """The cluster this database belongs to."""
+        return self._dd
+
+    @property
+    def placement(self) -> list[str]:
+        """The host id of each shard, as this client last read it from the catalog."""
+        return list(self._record["placement"])
+
+    @property
+    def created_at(self) -> str:
+        return str(self._record["created_at"])
+
+    @property
+    def config(self) -> MemoryConfig:
+        if self._config is None:
+            self._config = self._db_call(0, "config")
+        return self._config
+
+    @property
+    def encoder(self) -> EncoderInfo | None:
+        enc = self._record["encoder"]
+        return None if enc is None else EncoderInfo(enc["name"], enc["dim"], enc["fingerprint"])
+
+    @property
+    def encoder_object(self) -> Any:
+        """The live encoder this client gave (for remember, recall, calibrate), or None."""
+        return self._encoder
+
+    def use_encoder(self, encoder: Any) -> None:
+        """Use ``encoder`` for remember/recall/calibrate; its fingerprint must match the record."""
+        info = EncoderInfo.of(encoder)
+        recorded = self.encoder
+        if recorded is not None and recorded.fingerprint is not None \
+                and info.fingerprint != recorded.fingerprint:
+            raise IncompatibleStore(
+                f"database {self.name!r} was written with encoder {recorded.name!r} fingerprint "
+                f"{recorded.fingerprint}; this encoder {info.name!r} has {info.fingerprint}")
+        self._encoder = encoder
+
+    def shard_of(self, collection: str) -> int:
+        """The shard holding collection ``collection``."""
+        return stable_shard(self.name, check_collection_name(collection), self.shards)
+
+    def refresh(self) -> None:
+        """Read the shard -> host map again from the catalog (after a move)."""
+        self._record = self._dd.transport.catalog("database", self.name)
+
+    # -- calls --------------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError(f"database {self.path} is closed")
+
+    def invoke(self, shard: int, method: str, args: tuple[Any, ...], retry: bool) -> Any:
+        """One host call for ``shard``, following the shard if it moved."""
+        self._check_open()
+        t = self._dd.transport
+        deadline = time.monotonic() + t.retry_timeout
+        while True:
+            host = self._record["placement"][shard]
+            ok, value = t.host(host, method, args, retry)
+            if ok:
+                return value
+            exc = unpack_error(value)
+            if isinstance(exc, NotHere) and time.monotonic() < deadline:
+                time.sleep(0.05)
+                self.refresh()
+                continue
+            raise exc
+
+    def _db_call(self, shard: int, method: str, *args: Any, **kwargs: Any) -> Any:
+        return self.invoke(shard, "database_call", (self.name, shard, method, args, kwargs), True)
+
+    def _every_shard(self, method: str, *args: Any) -> list[Any]:
+        """``method`` on every shard's database: one actor call per host."""
+        self._check_open()
+        calls: list[tuple[str, str, tuple[Any, ...]]] = [(host, "database_call", (self.name, i, method, args, {}))
+                 for i, host in enumerate(self._record["placement"])]
+        out = []
+        for i, envelope in enumerate(self._dd.transport.host_many(calls, True)):
+            ok, value = envelope
+            if not ok and isinstance(unpack_error(value), NotHere):
+                self.refresh()
+                value = self._db_call(i, method, *args)
+            else:
+                value = _value(envelope)
+            out.append(value)
+        return out
+
+    # -- collections ----------------------------------------------------------------------------
+
+    def collection(self, name: str, **config: Any) -> ClusterCollection:
+        """The collection ``name``, created with the database's config (plus ``config``) if missing."""
+        check_collection_name(name)
+        self._check_open()
+        coll = self._collections.get(name)
+        if coll is None or config:
+            summary = self._db_call(self.shard_of(name), "collection", name, **config)
+            if coll is None:
+                coll = self._collections[name] = ClusterCollection(self, name, summary["config"])
+        return coll
+
+    def get_collection(self, name: str) -> ClusterCollection:
+        """The existing collection ``name``; :class:`~hopmem.errors.NotFound` if missing."""
+        check_collection_name(name)
+        self._check_open()
+        coll = self._collections.get(name)
+        if coll is None:
+            summary = self._db_call(self.shard_of(name), "get_collection", name)
+            coll = self._collections[name] = ClusterCollection(self, name, summary["config"])
+        return coll
+
+    def has_collection(self, name: str) -> bool:
+        check_collection_name(name)
+        return bool(self._db_call(self.shard_of(name), "has_collection", name))
+
+    __contains__ = has_collection
+
+    def collections(self) -> list[str]:
+        """Names of the collections of every shard, sorted."""
+        return sorted(n for names in self._every_shard("collections") for n in names)
+
+    def drop_collection(self, name: str) -> bool:
+        """Delete a collection and everything in it; False if it did not exist."""
+        check_collection_name(name)
+        dropped = bool(self._db_call(self.shard_of(name), "drop_collection", name))
+        coll = self._collections.pop(name, None)
+        if coll is not None:
+            coll.mark_dropped()
+        return dropped
+
+    def agent_memory(self, namespace: str, *, encoder: Any, **options: Any) -> ClusterAgentMemory:
+        """The agent memory of ``namespace`` (:class:`hopmem.agent.AgentMemory`), run on the
+        host of shard ``stable_shard(database, namespace, S)``.
+
+        ``encoder`` and ``options`` (``AgentMemory.open``'s keywords) are sent to the host
+        once, and again if it restarts; they must pickle. Callbacks (``subscribe``) do not
+        cross processes.
+        """
+        if not isinstance(namespace, str) or not namespace:
+            raise InvalidInput(f"namespace: expected a non-empty str, got {namespace!r}")
+        memory = ClusterAgentMemory(self, namespace, encoder, options)
+        memory.open()
+        return memory
+
+    def info(self) -> dict[str, Any]:
+        """``{name, created_at, dimension, collections}``, as :meth:`hopmem.store.Database.info`."""
+        return {"name": self.name, "created_at": self.created_at, "dimension": self.dim,
+                "collections": self.collections()}
+
+    def checkpoint(self) -> None:
+        """Checkpoint every loaded collection of every shard."""
+        self._every_shard("checkpoint")
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        """Stop using this object (the hosts keep the shards open). Idempotent."""
+        self._closed = True
+        for coll in self._collections.values():
+            coll.mark_closed()
+        self._collections.clear()
+
+    def __enter__(self) -> ClusterDatabase:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"ClusterDatabase({self.name!r}, dim={self.dim}, shards={self.shards})"
+
+
+class _RemoteDocuments:
+    """A cluster collection's documents as :class:`hopmem.store.Documents` reads them."""
+
+    def __init__(self, collection: ClusterCollection) -> None:
+        self._c = collection
+
+    def get(self, doc_id: int, with_vector: bool) -> Document:
+        return self._c.call("documents.get", doc_id, vector=with_vector)
+
+    def page(self, offset: int, limit: int, vectors: bool) -> list[Document]:
+        return self._c.call("documents.list", offset, limit, vectors=vectors)
+
+    def delete(self, doc_id: int) -> bool:
+        return bool(self._c.call("documents.delete", doc_id))
+
+    def count(self) -> int:
+        return int(self._c.call("documents.count"))
+
+    def resolve(self, vector: Any, limit: int, mode: Any) -> list[DocumentHit]:
+        return self._c.call("resolve", vector, limit, mode)
+
+
+def _resolve_limit(where: str, limit: int, default: int, deprecated: dict[str, Any]) -> int:
+    """``limit``, or the deprecated ``n=`` (with its warning), as the store's methods accept them."""
+    unknown = set(deprecated) - {"n"}
+    if unknown:
+        raise TypeError(f"{where}() got an unexpected keyword argument {sorted(unknown)[0]!r}")
+    if "n" in deprecated:
+        if limit != default:
+            raise TypeError(f"{where}() got multiple values for argument 'limit'")
+        return int(rename_keywords(where, deprecated, {"n": "limit"}, stacklevel=5)["limit"])
+    return limit
+
+
+class ClusterCollection:
+    """One collection on its shard host: the :class:`hopmem.store.Collection` API."""
+
+    def __init__(self, database: ClusterDatabase, name: str, config: MemoryConfig) -> None:
+        self._db = database
+        self._name = name
+        self._shard = database.shard_of(name)
+        self._config = config
+        self._state: str | None = None
+        self._text: Any = None
+        self.documents = Documents(_RemoteDocuments(self))
+
+    # -- identity ---------------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def database(self) -> ClusterDatabase:
+        return self._db
+
+    @property
+    def shard(self) -> int:
+        return self._shard
+
+    @property
+    def config(self) -> MemoryConfig:
+        return self._config
+
+    @property
+    def dim(self) -> int:
+        return self._config.dim
+
+    @property
+    def seq(self) -> int:
+        return int(self.call("get:seq"))
+
+    @property
+    def backend(self) -> str:
+        return str(self.call("get:backend"))
+
+    def __repr__(self) -> str:
+        return (f"ClusterCollection({self._name!r}, dim={self.dim}, database={self._db.name!r}, "
+                f"shard={self._shard})")
+
+    def mark_dropped(self) -> None:
+        self._state = f"collection {self._name!r} was dropped"
+
+    def mark_closed(self) -> None:
+        self._state = self._state or "closed"
+
+    def call(self, method: str, *args: Any, _retry: bool = True, **kwargs: Any) -> Any:
+        """One call of the collection's ``method`` on its host (internal to the cluster)."""
+        if self._state == "closed":
+            raise StoreError(f"collection {self._name!r} of {self._db.path}: the database is closed")
+        if self._state is not None:
+            raise NotFound(self._state)
+        return self._db.invoke(self._shard, "collection_call",
+                               (self._db.name, self._shard, self._name, method, args, kwargs), _retry)
+
+    def read_group(self, method: str, queries: list[tuple[Any, str]]) -> list[tuple[bool, Any]]:
+        """Several one-query reads (``analyze`` or ``read_scored``) in ONE host call, each
+        answered alone: ``(True, result)`` or ``(False, exception)`` per query."""
+        out = self._db.invoke(self._shard, "read_group",
+                              (self._db.name, self._shard, self._name, method, queries), True)
+        return [(ok, value if ok else unpack_error(value)) for ok, value in out]
+
+    # -- reads --------------------------------------------------------------------------------------
+
+    def read(self, query: Any, strategy: str = "iterative") -> np.ndarray:
+        return self.call("read", query, strategy)
+
+    def analyze(self, query: Any, strategy: str = "iterative") -> Any:
+        return self.call("analyze", query, strategy)
+
+    def read_scored(self, query: Any, strategy: str = "iterative") -> Any:
+        return self.call("read_scored", query, strategy)
+
+    def attention(self, query: Any, scale: float) -> Any:
+        return self.call("attention", query, scale)
+
+    def fingerprint(self) -> np.ndarray | None:
+        return self.call("fingerprint")
+
+    def stats(self) -> Any:
+        return self.call("stats")
+
+    def snapshot(self) -> Any:
+        return self.call("snapshot")
+
+    @property
+    def ids(self) -> np.ndarray:
+        return self.call("get:ids")
+
+    @property
+    def addresses(self) -> np.ndarray:
+        return self.call("get:addresses")
+
+    @property
+    def counters(self) -> np.ndarray:
+        return self.call("get:counters")
+
+    @property
+    def weights(self) -> np.ndarray:
+        return self.call("get:weights")
+
+    @property
+    def patterns(self) -> np.ndarray:
+        return self.call("get:patterns")
+
+    def __len__(self) -> int:
+        return int(self.call("len"))
+
+    # -- writes -------------------------------------------------------------------------------------
+
+    def _write_options(self, method: str, write_id: str | None) -> tuple[dict[str, Any], bool]:
+        """The keywords and retry rule of a mutation: with a write id it may be retried."""
+        if write_id is None and self._db.datadir.supports_write_ids(method):
+            write_id = uuid.uuid4().hex
+        if write_id is None:
+            return {}, False
+        return {"write_id": write_id}, True
+
+    def write(self, vectors: Any, metadata: Any = None, *,
+              write_id: str | None = None) -> Any:
+        """Write, as :meth:`hopmem.store.Collection.write`; returns once committed on the host.
+
+        ``write_id`` (when the store records them) makes a retry after an
+        ambiguous failure apply once; the client gives one when none is passed.
+        """
+        options, retry = self._write_options("write", write_id)
+        return self.call("write", vectors, metadata, _retry=retry, **options)
+
+    def compress(self, max_locations: int | None = None, *, write_id: str | None = None) -> Any:
+        """As :meth:`hopmem.store.Collection.compress`; retried safely with write ids, as ``write``."""
+        options, retry = self._write_options("compress", write_id)
+        return self.call("compress", max_locations, _retry=retry, **options)
+
+    def checkpoint(self) -> None:
+        self.call("checkpoint")
+
+    @property
+    def centering(self) -> dict[str, Any] | None:
+        return self.call("get:centering")
+
+    @centering.setter
+    def centering(self, value: Any) -> None:
+        self.call("set:centering", value)
+
+    @property
+    def gate(self) -> dict[str, Any] | None:
+        return self.call("get:gate")
+
+    @gate.setter
+    def gate(self, value: Any) -> None:
+        self.call("set:gate", value)
+
+    # -- resolution ---------------------------------------------------------------------------------
+
+    def resolve(self, vector: Any, limit: int = 10, mode: str = "exact",
+                **deprecated: Any) -> list[DocumentHit]:
+        """As :meth:`hopmem.store.Collection.resolve` (``n=`` deprecated)."""
+        limit = _resolve_limit("Collection.resolve", limit, 10, deprecated)
+        return self.call("resolve", vector, limit, mode)
+
+    # -- text: the text layer runs here, over this collection's remote calls -------------------------
+
+    def _text_collection(self) -> Any:
+        if self._text is None:
+            encoder = self._db.encoder_object
+            if encoder is None:
+                raise InvalidInput(
+                    f"collection {self._name!r} of {self._db.path}: remember, recall and calibrate "
+                    f"need the database opened with an encoder, e.g. "
+                    f"cluster.get(name, encoder=HashingEncoder({self.dim}))")
+            from ..text import TextCollection
+            self._text = TextCollection(self, encoder)
+        return self._text
+
+    def remember(self, texts: Any, metadata: Any = None) -> list[int]:
+        return list(self._text_collection().remember(texts, metadata))
+
+    def recall(self, text: str, limit: int = 5, **options: Any) -> RecallResult:
+        options = dict(options)
+        limit = _resolve_limit("Collection.recall", limit, 5,
+                               {k: options.pop(k) for k in ("n",) if k in options})
+        return self._text_collection().recall(text, limit, **options)
+
+    def calibrate(self, related: Sequence[str] | None = None,
+                  unrelated: Sequence[str] | None = None, *args: float,
+                  error_budget: float = 0.0, holdout: float = 0.3, seed: int = 0,
+                  statistic: str = "confidence", **deprecated: Any) -> RecallGate:
+        """As :meth:`hopmem.store.Collection.calibrate` (the same deprecated names)."""
+        where = "Collection.calibrate"
+        if args:
+            if error_budget != 0.0:
+                raise TypeError(f"{where}() got multiple values for argument 'error_budget'")
+            error_budget = positional_to_keywords(where, args, ("error_budget",), {})["error_budget"]
+        unknown = set(deprecated) - {"related_texts", "unrelated_texts", "holdout_fraction"}
+        if unknown:
+            raise TypeError(f"{where}() got an unexpected keyword argument {sorted(unknown)[0]!r}")
+        got = rename_keywords(where, deprecated, {"related_texts": "related",
+                                                  "unrelated_texts": "unrelated",
+                                                  "holdout_fraction": "holdout"}, stacklevel=5)
+        related = got.get("related", related)
+        unrelated = got.get("unrelated", unrelated)
+        holdout = got.get("holdout", holdout)
+        if related is None or unrelated is None:
+            raise TypeError(f"{where}() missing required arguments 'related' and 'unrelated'")
+        return self._text_collection().calibrate(
+            related, unrelated, error_budget=error_budget, holdout=holdout, seed=seed,
+            statistic=statistic)
+
+    def export(self, path: str, **options: Any) -> dict[str, Any]:
+        """Export to a portable file at ``path`` ON THE HOST's machine."""
+        return self.call("export", path, **options)
+
+
+#: AgentMemory methods that change nothing durable: retried while a host restarts.
+_AGENT_READS = frozenset({"recall", "rank", "get", "entries", "variants", "stats", "now",
+                          "gate_statistics", "gates", "band_gates", "verdict_models"})
+
+
+class ClusterAgentMemory:
+    """An :class:`hopmem.agent.AgentMemory` living on a shard host: the same methods, called
+    remotely (``memory.remember(...)``, ``memory.recall(...)``, ``memory.stats()``, ...).
+
+    Attributes that are not methods are read from the host at each access.
+    Reads (``recall``, ``get``, ``stats``, ...) are retried while a host
+    restarts; a write interrupted by a host failure is not (its outcome is
+    unknown). A restarted host gets the memory opened again first.
+    """
+
+    def __init__(self, database: ClusterDatabase, namespace: str, encoder: Any,
+                 options: dict[str, Any]) -> None:
+        self._db = database
+        self._namespace = namespace
+        self._shard = stable_shard(database.name, namespace, database.shards)
+        self._encoder = encoder
+        self._options = options
+        self._callable: dict[str, bool] = {}
+
+    @property
+    def namespace(self) -> str:
+        return self._namespace
+
+    @property
+    def shard(self) -> int:
+        return self._shard
+
+    def open(self) -> None:
+        """Open the memory on its host (again, after the host restarted)."""
+        self._db.invoke(self._shard, "agent_open", (self._db.name, self._shard, self._namespace,
+                                                    self._encoder, self._options), True)
+
+    def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        for attempt in (0, 1):
+            try:
+                return self._db.invoke(self._shard, "agent_call", (
+                    self._db.name, self._shard, self._namespace, method, args, kwargs),
+                    method.startswith("get:") or method in _AGENT_READS)
+            except NotOpen:
+                if attempt:
+                    raise
+                self.open()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        known = self._callable.get(name)
+        if known is None:
+            value = self._call(f"get:{name}", (), {})
+            known = self._callable[name] = value == "<callable>"
+            if not known:
+                return value
+        if not known:
+            return self._call(f"get:{name}", (), {})
+
+        def method(*args: Any, **kwargs: Any) -> Any:
+            return self._call(name, args, kwargs)
+        method.__name__ = name
+        return method
+
+    def close(self) -> None:
+        """Nothing to release here: the host keeps the file open for other clients."""
+
+    def __enter__(self) -> ClusterAgentMemory:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"ClusterAgentMemory({self._namespace!r}, database={self._db.name!r}, "
+                f"shard={self._shard})")

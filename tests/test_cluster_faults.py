@@ -1,0 +1,129 @@
+"""Faults on a cluster: a shard host killed with SIGKILL during a stream of writes.
+
+Ray restarts the host actor (max_restarts) and it reopens its shard files at
+the next call; the store's journal makes the reopened state bit-identical and
+every acknowledged write present. Retrying a write after an ambiguous failure
+is safe only with a write id, which the store records: that part runs when the
+store supports ``write_id=``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import hopmem
+from conftest import cluster_db_name, clustered
+from hopmem.store import Collection
+
+WRITE_IDS = "write_id" in inspect.signature(Collection.write).parameters
+
+
+def _host_pid(cluster, host_id: str) -> int:
+    ok, pid = cluster.transport.host(host_id, "pid", (), True)
+    assert ok
+    return int(pid)
+
+
+def _kill_host_of(cluster, db, coll) -> tuple[int, float]:
+    host = db.placement[coll.shard]
+    pid = _host_pid(cluster, host)
+    os.kill(pid, signal.SIGKILL)
+    return pid, time.monotonic()
+
+
+def _reopened_copy(cluster, db, coll, tmp_path) -> hopmem.store.Database:
+    """A copy of the collection's shard file, opened here: its state is a fresh replay."""
+    target = str(tmp_path / f"copy-{time.monotonic_ns()}.hopmem")
+    db.invoke(coll.shard, "database_call", (db.name, coll.shard, "backup", (target,), {}), True)
+    return hopmem.open(target, readonly=True)
+
+
+def test_a_killed_host_restarts_and_replays_bit_identically(ray_cluster, tmp_path):
+    db = ray_cluster.create(cluster_db_name("f"), 16, shards=2, checkpoint_every=25)
+    coll = db.collection("quiet")
+    for i in range(6):
+        coll.write(clustered(10, 16, rng=i, noise=0.15, centre_seed=9), metadata=list(range(10)))
+    before = coll.snapshot()
+    pid, _ = _kill_host_of(ray_cluster, db, coll)
+    assert coll.snapshot() == before  # the restarted host reopened and replayed the shard
+    assert _host_pid(ray_cluster, db.placement[coll.shard]) != pid
+    with _reopened_copy(ray_cluster, db, coll, tmp_path) as copy:
+        assert copy.get_collection("quiet").snapshot() == before
+
+
+def test_sigkill_during_a_stream_of_writes_loses_no_acknowledged_write(ray_cluster, tmp_path):
+    db = ray_cluster.create(cluster_db_name("f"), 16, shards=2)
+    coll = db.collection("stream")
+    writers, per_writer = 4, 40
+    acked: list[tuple[int, int]] = []
+    unknown: list[tuple[int, int]] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def writer(w: int) -> None:
+        X = clustered(per_writer, 16, rng=100 + w, noise=0.15, centre_seed=9)
+        for i in range(per_writer):
+            try:
+                coll.write(X[i], metadata={"w": w, "i": i})
+            except hopmem.StoreError as exc:  # the host died during this write: outcome unknown
+                with lock:
+                    unknown.append((w, i))
+                if "may or may not" not in str(exc):
+                    errors.append(str(exc))
+                continue
+            except Exception as exc:  # noqa: BLE001 - recorded, fails the test below
+                errors.append(repr(exc))
+                continue
+            with lock:
+                acked.append((w, i))
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(writers)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 60
+    while len(acked) < 30 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    _, killed_at = _kill_host_of(ray_cluster, db, coll)
+    # Serving again: the first read that succeeds after the kill.
+    while True:
+        try:
+            coll.stats()
+            break
+        except hopmem.StoreError:
+            assert time.monotonic() - killed_at < 10
+    recovered_in = time.monotonic() - killed_at
+    for t in threads:
+        t.join(120)
+    assert not errors, errors[:3]
+    assert recovered_in < 10.0, recovered_in
+    present = {(d.metadata["w"], d.metadata["i"]) for d in coll.documents}
+    assert set(acked) <= present  # every acknowledged write is there
+    assert present <= set(acked) | set(unknown)  # and nothing that was never sent
+    if WRITE_IDS:
+        assert not unknown  # with write ids the client retried them: all acknowledged
+    assert coll.stats().documents == len(present)
+    # The recovered shard is bit-identical to a fresh replay of its files.
+    live = coll.snapshot()
+    with _reopened_copy(ray_cluster, db, coll, tmp_path) as copy:
+        assert copy.get_collection("stream").snapshot() == live
+
+
+@pytest.mark.skipif(not WRITE_IDS, reason="the store does not record write ids yet "
+                                          "(Collection.write has no write_id=)")
+def test_a_retried_write_id_is_applied_once(ray_cluster):
+    db = ray_cluster.create(cluster_db_name("f"), 8, shards=2)
+    coll = db.collection("ids")
+    first = coll.write(np.eye(8)[:2], metadata=["a", "b"], write_id="w-1")
+    again = coll.write(np.eye(8)[:2], metadata=["a", "b"], write_id="w-1")
+    assert again.ids == first.ids and coll.documents.count() == 2 and coll.seq == first.seq
+    # Across a host restart too (the id is in the journal, not in the host's memory).
+    _kill_host_of(ray_cluster, db, coll)
+    assert coll.write(np.eye(8)[:2], metadata=["a", "b"], write_id="w-1").ids == first.ids
+    assert coll.documents.count() == 2
