@@ -132,24 +132,34 @@ def test_full_activation_bits_do_not_depend_on_threads():
         np.testing.assert_array_equal(a, b)
 
 
-def test_the_portable_stream_gives_the_bits_of_the_vector_one():
-    # fmaf/fma per lane against AVX2+FMA instructions: both correctly rounded.
+@pytest.mark.parametrize("n, d", [(1, 1), (37, 5), (700, 33), (300, 384), (129, 17), (40, 600)])
+def test_the_portable_stream_gives_the_bits_of_the_vector_one(n, d):
+    # fmaf/fma per lane and the block's own exp against AVX2+FMA instructions:
+    # the same operations, each correctly rounded. Tiles of 16 rows end
+    # mid-block (n = 129), long rows read out a query at a time (d = 600),
+    # merged locations read out their float64 counters, and a large beta
+    # raises the running maximum (and rescales) often, down to weights of 0.
     rng = np.random.default_rng(11)
-    for n, d in ((1, 1), (37, 5), (700, 33), (300, 384)):
-        X = rng.standard_normal((n, d)).astype(np.float32)
-        Q = rng.standard_normal((6, d)).astype(np.float32)
-        mem = full_memory(X, beta=7.0)
-        runs = []
-        for portable in (False, True):
-            _kernel.stream_force_portable(portable)
-            try:
-                runs.append([mem.read(Q, "fast"), mem.read(Q, "iterative"),
-                             mem.read(Q[0], "iterative"), hopmem.hopfield(X, Q, 0.5, steps=3),
-                             mem.analyze(Q[1], "iterative").weights])
-            finally:
-                _kernel.stream_force_portable(False)
-        for a, b in zip(*runs, strict=True):
-            np.testing.assert_array_equal(a, b)
+    X = rng.standard_normal((n, d)).astype(np.float32)
+    Q = rng.standard_normal((6, d)).astype(np.float32)
+    mem = full_memory(X, beta=7.0)
+    merged = full_memory(X, beta=40.0)
+    if n > 2:
+        merged.compress(max_locations=max(1, n - n // 4))
+    runs = []
+    for portable in (False, True):
+        _kernel.stream_force_portable(portable)
+        try:
+            runs.append([mem.read(Q, "fast"), mem.read(Q, "iterative"), mem.read(Q[0], "fast"),
+                         mem.read(Q[0], "iterative"), hopmem.hopfield(X, Q, 0.5, steps=3),
+                         hopmem.hopfield(X, Q[:1], 0.5, steps=3),
+                         hopmem.hopfield(X, Q[:5], 900.0, steps=2),
+                         merged.read(Q, "fast"), merged.read(Q[2], "fast"),
+                         mem.analyze(Q[1], "iterative").weights])
+        finally:
+            _kernel.stream_force_portable(False)
+    for a, b in zip(*runs, strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_plain_memory_with_merged_locations_still_reads_iteratively():
