@@ -19,8 +19,9 @@ single reads.
 
 Every contender of a table runs once per repetition, in an order that rotates,
 so load on a shared machine falls on all of them alike; the report gives
-medians and the 10th-90th percentile range of wall time. BLAS and hopmem are
-pinned to one thread.
+medians and the 10th-90th percentile range of the thread's CPU time (--wall:
+wall time). BLAS and hopmem are pinned to one thread. Every contender reads
+the same bytes, the memory's own addresses (see shared_patterns).
 """
 
 from __future__ import annotations
