@@ -506,3 +506,32 @@ def test_hopfield_validates_its_arrays():
         hopmem.hopfield(bad, X[0], 1.0)
     with pytest.raises(InvalidInput, match=r"^queries: expected dot products with the patterns"):
         hopmem.hopfield(X * 1e30, X[0] * 1e30, 1.0)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(1, 700), st.integers(1, 40), st.sampled_from([0.5, 30.0, 2000.0]),
+       st.booleans(), st.integers(0, 2**32 - 1))
+def test_a_rising_maximum_keeps_the_streamed_reads_within_their_bounds(n, d, beta, rising, seed):
+    # Rows sorted by their score against the query, ascending: the running
+    # maximum logit rises at every tile of every block, so what a block has
+    # summed is rescaled up to 7 times (and, with a large beta, most weights
+    # are below the smallest double: exp underflows to 0 as the C library's
+    # does). Descending: it never rises after a block's first tile. Both are
+    # the same memory in another row order, within the same bounds.
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d)).astype(np.float32)
+    q = rng.standard_normal(d).astype(np.float32)
+    order = np.argsort(X.astype(np.float64) @ q.astype(np.float64))
+    X = np.ascontiguousarray(X[order if rising else order[::-1]])
+    mem = full_memory(X, beta=beta)
+    got = mem.read(q, "fast").astype(np.float64)
+    A = mem.addresses.astype(np.float64)
+    Y = mem.counters / mem.weights[:, None]
+    q64 = q.astype(np.float64)
+    v = textbook64(Y, A @ (q64 / np.linalg.norm(q64)), beta)
+    assert np.linalg.norm(got - v / np.linalg.norm(v)) <= fast_bound(Y, v, beta, d)
+    Xs = X / max(1.0, float(np.abs(X).max()))
+    qs = q / max(1.0, float(np.abs(q).max()))
+    X64 = Xs.astype(np.float64)
+    r = textbook64(X64, X64 @ qs.astype(np.float64), beta)
+    assert np.linalg.norm(hopmem.hopfield(Xs, qs, beta) - r) <= hopfield_bound(Xs, qs, beta, r)
