@@ -37,6 +37,18 @@ from .memory import as_vectors
 __all__ = ["hopfield"]
 
 
+def _native() -> Any:
+    """The compiled kernel, imported on first use (``import hopmem`` works without it)."""
+    global _KERNEL
+    if _KERNEL is None:
+        from . import _kernel as kernel
+        _KERNEL = kernel
+    return _KERNEL
+
+
+_KERNEL: Any = None
+
+
 def _patterns(value: Any) -> np.ndarray:
     if (type(value) is np.ndarray and value.dtype == np.float32 and value.ndim == 2
             and value.flags.c_contiguous and value.flags.aligned
@@ -63,6 +75,8 @@ def _patterns(value: Any) -> np.ndarray:
 
 
 def _real(name: str, value: Any, minimum: float, strict: bool) -> float:
+    if type(value) is float and math.isfinite(value) and value > minimum:
+        return value  # the common argument, checked in one line
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise InvalidInput(f"{name}: expected a real number, got {value!r}")
     v = float(value)
@@ -104,10 +118,11 @@ def hopfield(patterns: Any, queries: Any, beta: float, *, steps: int = 1,
     .. math:: \xi \leftarrow X^\top \operatorname{softmax}(\beta X \xi)
 
     computed in one pass over ``X``: the scores ``X xi`` are float32 dot
-    products (the state rounded to float32, as float32 NumPy computes them),
-    the softmax and the read-out are accumulated in float64 over blocks of 128
-    rows (float32 products summed over tiles of 8 rows) and merged block by
-    block with the running maximum (an online softmax). The result does not
+    products (the state rounded to float32, as float32 NumPy computes them);
+    each tile of 16 rows, while in cache, raises the running maximum logit
+    and adds its weighted rows (float32 products summed over the tile) to a
+    float64 sum, rescaled whenever the maximum rises (an online softmax);
+    blocks of 128 rows are merged in order. The result does not
     depend on the number of threads (:func:`hopmem.set_threads`); four queries
     of a batch share each pass. ``docs/hopfield.md`` states the error bound
     against a float64 evaluation, which the tests enforce.
@@ -121,20 +136,25 @@ def hopfield(patterns: Any, queries: Any, beta: float, *, steps: int = 1,
     DimensionMismatch
         The queries' dimension differs from the patterns'.
     """
-    from . import _kernel
-
+    kernel = _native()
     X = _patterns(patterns)
-    Q, single = as_vectors(queries, X.shape[1], "queries")
+    if (type(queries) is np.ndarray and queries.ndim == 2 and queries.dtype == np.float32
+            and queries.shape[1] == X.shape[1] and queries.shape[0] > 0
+            and queries.flags.c_contiguous and queries.flags.aligned
+            and queries.dtype.isnative and kernel.all_finite(queries.reshape(-1))):
+        Q, single = queries, False  # a batch as the kernel takes it: nothing to convert
+    else:
+        Q, single = as_vectors(queries, X.shape[1], "queries")
     b = _real("beta", beta, 0.0, strict=True)
     if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
         raise InvalidInput(f"steps: expected an integer >= 1, got {steps!r}")
     eps = _real("epsilon", epsilon, 0.0, strict=False)
-    out, _ = _kernel.hopfield(X, Q, b, int(steps), eps)
-    if not _kernel.all_finite(out.reshape(-1)):
+    out, _ = kernel.hopfield(X, Q, b, int(steps), eps)
+    if not kernel.all_finite(out.reshape(-1)):
         # Non-finite patterns always make the update non-finite, so their check
         # waits until here: a finite update costs no pass over X for it.
         flat = X.reshape(-1)
-        if not _kernel.all_finite(flat):
+        if not kernel.all_finite(flat):
             r, c = np.argwhere(~np.isfinite(X))[0]
             raise InvalidInput(
                 f"patterns[{r}, {c}]: expected a finite float32 value, got {X[r, c]!r}")

@@ -338,6 +338,7 @@ void hm_scan(const hm_state *s, const hm_config *c, const float *X, int64_t nq, 
 #if defined(__GNUC__)
 typedef double v4d __attribute__((vector_size(32)));
 typedef double v4d_u __attribute__((vector_size(32), aligned(8)));
+typedef long long v4di __attribute__((vector_size(32)));
 typedef float v4f_u __attribute__((vector_size(16), aligned(4)));
 #define LDD(p) (*(const v4d_u *)(p))
 #define LDF4(p) __builtin_convertvector(*(const v4f_u *)(p), v4d)
@@ -1877,37 +1878,74 @@ static float stream_dot_scalar(const float *a, const float *x, int64_t dim) {
     return hsum16(acc);
 }
 
+/* The template's _exp4, one lane. */
+static double stream_exp(double x) {
+    static const double coef[13] = {
+        1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0, 1.0 / 40320.0,
+        1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0};
+    const double shifter = 0x1.8p52;
+    if (x < -746.0) x = -746.0;
+    double k = x * 0x1.71547652b82fep0 + shifter, n = k - shifter;
+    int64_t kb, sb, ni, n1, n2, e1, e2;
+    memcpy(&kb, &k, sizeof kb);
+    memcpy(&sb, &shifter, sizeof sb);
+    ni = kb - sb;
+    double r = fma(n, -0x1.62e42fefa3800p-1, x);
+    r = fma(n, -0x1.ef35793c76730p-45, r);
+    double p = coef[0];
+    for (int i = 1; i < 13; i++) p = fma(p, r, coef[i]);
+    n1 = ni >> 1;
+    n2 = ni - n1;
+    e1 = (n1 + 1023) << 52;
+    e2 = (n2 + 1023) << 52;
+    double s1, s2;
+    memcpy(&s1, &e1, sizeof s1);
+    memcpy(&s2, &e2, sizeof s2);
+    return (p * s2) * s1;
+}
+
 static void stream_block_portable(const stream_job *jb, int64_t b) {
     int64_t d = jb->dim, n = jb->n, nq = jb->nq;
     int64_t lo = b * HM_STREAM_BLOCK, hi = lo + HM_STREAM_BLOCK < n ? lo + HM_STREAM_BLOCK : n;
-    double lg[HM_STREAM_BLOCK];
+    double lg[16];
     const float *A = jb->A + lo * d;
     for (int64_t q = 0; q < nq; q++) {
-        double mx = -INFINITY, t = 0.0, *p = jb->part + ((b - jb->b0) * nq + q) * (d + 2);
-        for (int64_t r = 0; r < hi - lo; r++) {
-            lg[r] = jb->beta * (double)stream_dot_scalar(A + r * d, jb->q[q], d);
-            if (lg[r] > mx) mx = lg[r];
-        }
-        for (int64_t r = 0; r < hi - lo; r++) { lg[r] = exp(lg[r] - mx); t += lg[r]; }
-        if (jb->W) for (int64_t r = 0; r < hi - lo; r++) lg[r] /= jb->W[lo + r];
-        if (jb->N) for (int64_t r = 0; r < hi - lo; r++) lg[r] *= jb->N[lo + r];
-        p[0] = mx;
-        p[1] = t;
+        double M = -INFINITY, S = 0.0, *p = jb->part + ((b - jb->b0) * nq + q) * (d + 2);
         for (int64_t i = 0; i < d; i++) p[2 + i] = 0.0;
-        for (int64_t j0 = 0; j0 < hi - lo; j0 += (jb->C ? 8 : 16)) {
-            int64_t j1 = j0 + (jb->C ? 8 : 16) < hi - lo ? j0 + (jb->C ? 8 : 16) : hi - lo;
+        for (int64_t t0 = 0; t0 < hi - lo; t0 += 16) {
+            int64_t nt = hi - lo - t0 < 16 ? hi - lo - t0 : 16;
+            double mx = M;
+            for (int64_t r = 0; r < nt; r++) {
+                lg[r] = jb->beta * (double)stream_dot_scalar(A + (t0 + r) * d, jb->q[q], d);
+                if (lg[r] > mx) mx = lg[r];
+            }
+            if (mx > M) {
+                if (M != -INFINITY) {
+                    double a = stream_exp(M - mx);
+                    S *= a;
+                    for (int64_t i = 0; i < d; i++) p[2 + i] *= a;
+                }
+                M = mx;
+            }
+            for (int64_t r = 0; r < nt; r++) lg[r] = stream_exp(lg[r] - M);
+            for (int64_t r = 0; r < nt; r++) S += lg[r];
+            if (jb->W) for (int64_t r = 0; r < nt; r++) lg[r] /= jb->W[lo + t0 + r];
+            if (jb->N) for (int64_t r = 0; r < nt; r++) lg[r] *= jb->N[lo + t0 + r];
             for (int64_t i = 0; i < d; i++) {
                 if (jb->C) {
                     double u = p[2 + i];
-                    for (int64_t j = j0; j < j1; j++) u = fma(lg[j], jb->C[(lo + j) * d + i], u);
+                    for (int64_t j = 0; j < nt; j++)
+                        u = fma(lg[j], jb->C[(lo + t0 + j) * d + i], u);
                     p[2 + i] = u;
                 } else {
                     float u = 0.0f;
-                    for (int64_t j = j0; j < j1; j++) u = fmaf((float)lg[j], A[j * d + i], u);
+                    for (int64_t j = 0; j < nt; j++) u = fmaf((float)lg[j], A[(t0 + j) * d + i], u);
                     p[2 + i] += (double)u;
                 }
             }
         }
+        p[0] = M;
+        p[1] = S;
     }
 }
 #endif

@@ -160,8 +160,8 @@ int hm_read_full(const hm_state *s, const hm_config *c, const float *Q, int64_t 
 /* The modern Hopfield update on a caller's patterns X [n * dim] (float32, any
  * norms), for nq queries Q [nq * dim]: xi <- X^T softmax(beta X xi), from
  * xi = the query, at most `steps` times, stopping early once
- * |xi' - xi| <= epsilon |xi'|. Scores are float64 dots of the float32 rows
- * with the float64 state; one pass over X a step (online softmax), four
+ * |xi' - xi| <= epsilon |xi'|. Scores are float32 dots of the float32 rows
+ * with the state rounded to float32; one pass over X a step (online softmax), four
  * queries at a time. out [nq * dim]: the last state, rounded to float32;
  * iterations [nq]: steps taken. Returns 0 or HM_ERR_NOMEM. */
 int hm_hopfield(const float *X, int64_t n, int64_t dim, const float *Q, int64_t nq,

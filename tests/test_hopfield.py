@@ -132,24 +132,34 @@ def test_full_activation_bits_do_not_depend_on_threads():
         np.testing.assert_array_equal(a, b)
 
 
-def test_the_portable_stream_gives_the_bits_of_the_vector_one():
-    # fmaf/fma per lane against AVX2+FMA instructions: both correctly rounded.
+@pytest.mark.parametrize("n, d", [(1, 1), (37, 5), (700, 33), (300, 384), (129, 17), (40, 600)])
+def test_the_portable_stream_gives_the_bits_of_the_vector_one(n, d):
+    # fmaf/fma per lane and the block's own exp against AVX2+FMA instructions:
+    # the same operations, each correctly rounded. Tiles of 16 rows end
+    # mid-block (n = 129), long rows read out a query at a time (d = 600),
+    # merged locations read out their float64 counters, and a large beta
+    # raises the running maximum (and rescales) often, down to weights of 0.
     rng = np.random.default_rng(11)
-    for n, d in ((1, 1), (37, 5), (700, 33), (300, 384)):
-        X = rng.standard_normal((n, d)).astype(np.float32)
-        Q = rng.standard_normal((6, d)).astype(np.float32)
-        mem = full_memory(X, beta=7.0)
-        runs = []
-        for portable in (False, True):
-            _kernel.stream_force_portable(portable)
-            try:
-                runs.append([mem.read(Q, "fast"), mem.read(Q, "iterative"),
-                             mem.read(Q[0], "iterative"), hopmem.hopfield(X, Q, 0.5, steps=3),
-                             mem.analyze(Q[1], "iterative").weights])
-            finally:
-                _kernel.stream_force_portable(False)
-        for a, b in zip(*runs, strict=True):
-            np.testing.assert_array_equal(a, b)
+    X = rng.standard_normal((n, d)).astype(np.float32)
+    Q = rng.standard_normal((6, d)).astype(np.float32)
+    mem = full_memory(X, beta=7.0)
+    merged = full_memory(X, beta=40.0)
+    if n > 2:
+        merged.compress(max_locations=max(1, n - n // 4))
+    runs = []
+    for portable in (False, True):
+        _kernel.stream_force_portable(portable)
+        try:
+            runs.append([mem.read(Q, "fast"), mem.read(Q, "iterative"), mem.read(Q[0], "fast"),
+                         mem.read(Q[0], "iterative"), hopmem.hopfield(X, Q, 0.5, steps=3),
+                         hopmem.hopfield(X, Q[:1], 0.5, steps=3),
+                         hopmem.hopfield(X, Q[:5], 900.0, steps=2),
+                         merged.read(Q, "fast"), merged.read(Q[2], "fast"),
+                         mem.analyze(Q[1], "iterative").weights])
+        finally:
+            _kernel.stream_force_portable(False)
+    for a, b in zip(*runs, strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_plain_memory_with_merged_locations_still_reads_iteratively():
@@ -496,3 +506,32 @@ def test_hopfield_validates_its_arrays():
         hopmem.hopfield(bad, X[0], 1.0)
     with pytest.raises(InvalidInput, match=r"^queries: expected dot products with the patterns"):
         hopmem.hopfield(X * 1e30, X[0] * 1e30, 1.0)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(1, 700), st.integers(1, 40), st.sampled_from([0.5, 30.0, 2000.0]),
+       st.booleans(), st.integers(0, 2**32 - 1))
+def test_a_rising_maximum_keeps_the_streamed_reads_within_their_bounds(n, d, beta, rising, seed):
+    # Rows sorted by their score against the query, ascending: the running
+    # maximum logit rises at every tile of every block, so what a block has
+    # summed is rescaled up to 7 times (and, with a large beta, most weights
+    # are below the smallest double: exp underflows to 0 as the C library's
+    # does). Descending: it never rises after a block's first tile. Both are
+    # the same memory in another row order, within the same bounds.
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d)).astype(np.float32)
+    q = rng.standard_normal(d).astype(np.float32)
+    order = np.argsort(X.astype(np.float64) @ q.astype(np.float64))
+    X = np.ascontiguousarray(X[order if rising else order[::-1]])
+    mem = full_memory(X, beta=beta)
+    got = mem.read(q, "fast").astype(np.float64)
+    A = mem.addresses.astype(np.float64)
+    Y = mem.counters / mem.weights[:, None]
+    q64 = q.astype(np.float64)
+    v = textbook64(Y, A @ (q64 / np.linalg.norm(q64)), beta)
+    assert np.linalg.norm(got - v / np.linalg.norm(v)) <= fast_bound(Y, v, beta, d)
+    Xs = X / max(1.0, float(np.abs(X).max()))
+    qs = q / max(1.0, float(np.abs(q).max()))
+    X64 = Xs.astype(np.float64)
+    r = textbook64(X64, X64 @ qs.astype(np.float64), beta)
+    assert np.linalg.norm(hopmem.hopfield(Xs, qs, beta) - r) <= hopfield_bound(Xs, qs, beta, r)
