@@ -147,7 +147,9 @@ def test_fidelity_and_first_contact(data, mode, strategy, backend):
     trace = mem.analyze(q, strategy)
     fast = mem.read(q, "fast")
     assert trace.fidelity == pytest.approx(cos(q, trace.result), abs=1e-9)
-    assert trace.first_contact == pytest.approx(cos(q, fast), abs=1e-9)
+    # analyze's first step and read("fast") reach the same state by different
+    # summation orders; a cosine of nearly cancelling sums magnifies that (seen: 3.5e-9).
+    assert trace.first_contact == pytest.approx(cos(q, fast), abs=1e-7)
     if strategy == "fast":
         assert trace.fidelity == trace.first_contact
     sims = [cos(q, a) for a in mem.addresses]
