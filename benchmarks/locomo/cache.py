@@ -112,16 +112,21 @@ class CachedEncoder:
 
 
 def make_encoder(kind: str, cache_dir: Path | None) -> CachedEncoder:
-    """``"minilm"`` (the bundled all-MiniLM-L6-v2, one torch thread) or ``"hashing"`` (HashingEncoder(384))."""
+    """``"minilm"`` (the bundled all-MiniLM-L6-v2, one torch thread), ``"onnx"`` / ``"onnx-int8"`` (the same
+    model on ONNX Runtime, float32 / int8, one thread) or ``"hashing"`` (HashingEncoder(384))."""
     if kind == "minilm":
         def factory() -> Any:
             from hopmem.encoders import SentenceTransformerEncoder
             return SentenceTransformerEncoder(num_threads=1)
+    elif kind in ("onnx", "onnx-int8"):
+        def factory() -> Any:
+            from hopmem.encoders import OnnxEncoder
+            return OnnxEncoder(quantize="int8" if kind == "onnx-int8" else None, num_threads=1)
     elif kind == "hashing":
         def factory() -> Any:
             from hopmem.encoders import HashingEncoder
             return HashingEncoder(384)
         cache_dir = None  # as fast as a cache lookup
     else:
-        raise SystemExit(f"--encoder: expected minilm or hashing, got {kind!r}")
+        raise SystemExit(f"--encoder: expected minilm, onnx, onnx-int8 or hashing, got {kind!r}")
     return CachedEncoder(kind, factory, cache_dir)
