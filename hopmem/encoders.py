@@ -53,6 +53,7 @@ __all__ = [
     "HashingEncoder",
     "OnnxEncoder",
     "SentenceTransformerEncoder",
+    "builtin_encoder",
     "check_texts",
     "default_encoder",
     "encoder_available",
@@ -864,6 +865,32 @@ class OnnxEncoder:
     def __repr__(self) -> str:
         quantize = "" if self.quantize is None else f", quantize={self.quantize!r}"
         return f"OnnxEncoder(name={self.name!r}, dim={self.dim}{quantize}, num_threads={self.num_threads})"
+
+
+def builtin_encoder(name: str) -> Encoder:
+    """The built-in encoder that records ``name`` in a store, to open a store with the encoder it was written
+    with: ``"all-MiniLM-L6-v2"`` (:class:`SentenceTransformerEncoder`), ``"all-MiniLM-L6-v2-onnx"``
+    (:class:`OnnxEncoder`), ``"all-MiniLM-L6-v2-onnx-int8"`` (``OnnxEncoder(quantize="int8")``) or
+    ``"hashing-<dim>"`` (``HashingEncoder(dim)`` with the default seed and n-grams).
+
+    Raises
+    ------
+    InvalidInput
+        If ``name`` is none of these.
+    EncoderUnavailable
+        If the encoder's packages are not installed.
+    """
+    if name == DEFAULT_MODEL_NAME:
+        return SentenceTransformerEncoder()
+    if name == f"{DEFAULT_MODEL_NAME}-onnx":
+        return OnnxEncoder()
+    if name == f"{DEFAULT_MODEL_NAME}-onnx-int8":
+        return OnnxEncoder(quantize="int8")
+    match = re.fullmatch(r"hashing-([1-9]\d*)", name) if isinstance(name, str) else None
+    if match:
+        return HashingEncoder(int(match.group(1)))
+    raise InvalidInput(f"name: expected a built-in encoder's name ({DEFAULT_MODEL_NAME}, {DEFAULT_MODEL_NAME}-onnx, "
+                       f"{DEFAULT_MODEL_NAME}-onnx-int8, hashing-<dim>), got {name!r}")
 
 
 def matching_encoder_hint(name: str) -> str:

@@ -85,6 +85,12 @@ class TestFingerprint:
         assert "HashingEncoder(64)" in matching_encoder_hint("hashing-64")
         assert matching_encoder_hint("someone-elses") == ""
 
+    def test_builtin_encoder_by_recorded_name(self):
+        assert repr(encoders.builtin_encoder("hashing-64")) == repr(HashingEncoder(64))
+        for bad in ("hashing-0", "hashing-x", "e5-small", ""):
+            with pytest.raises(InvalidInput, match="built-in encoder"):
+                encoders.builtin_encoder(bad)
+
     def test_every_builtin_minilm_fingerprint_has_a_shipped_mean(self):
         for fingerprint in (TORCH_MINILM, ONNX_MINILM, ONNX_MINILM_INT8):
             data = json.loads((CENTERING_DIR / f"{fingerprint}.json").read_text(encoding="utf-8"))
@@ -456,6 +462,12 @@ def test_onnx_agrees_with_torch_on_1000_varied_texts(onnx_minilm, torch_minilm):
     cosines = (ours * theirs).sum(axis=1) / (np.linalg.norm(ours, axis=1) * np.linalg.norm(theirs, axis=1))
     assert cosines.min() >= 0.999, texts[int(cosines.argmin())]
     np.testing.assert_allclose(np.linalg.norm(ours, axis=1), np.linalg.norm(theirs, axis=1), atol=1e-4)
+
+
+@pytest.mark.model
+def test_builtin_encoder_rebuilds_the_minilm_encoders_by_name(onnx_minilm, torch_minilm):
+    for enc in (onnx_minilm, torch_minilm):
+        assert encoders.builtin_encoder(enc.name).fingerprint == enc.fingerprint
 
 
 @pytest.mark.model
