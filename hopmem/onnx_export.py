@@ -59,17 +59,33 @@ def default_cache_dir() -> Path:
 _digests: dict[tuple[str, int, int], str] = {}
 
 
-def file_sha256(path: Path) -> str:
-    """The sha256 (hex) of a file, remembered for the process by (path, size, mtime)."""
+def file_sha256(path: Path, cache_dir: Path | None = None) -> str:
+    """The sha256 (hex) of a file, remembered by (path, size, mtime): for the process, and in
+    ``<cache_dir>/sha256.json`` (``cache_dir`` defaults to :func:`default_cache_dir`) so that a new process
+    does not read the 90 MB of weights again only to name them."""
     stat = path.stat()
     key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
     digest = _digests.get(key)
-    if digest is None:
+    if digest is not None:
+        return digest
+    record = (default_cache_dir() if cache_dir is None else Path(cache_dir)) / "sha256.json"
+    text_key = "|".join(map(str, key))
+    known: dict[str, str] = {}
+    with contextlib.suppress(OSError, ValueError):
+        loaded = json.loads(record.read_text(encoding="utf-8"))
+        if isinstance(loaded, dict):
+            known = {str(k): str(v) for k, v in loaded.items()}
+    digest = known.get(text_key)
+    if digest is None or len(digest) != 64:
         sha = hashlib.sha256()
         with path.open("rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
                 sha.update(block)
-        digest = _digests[key] = sha.hexdigest()
+        digest = sha.hexdigest()
+        known[text_key] = digest
+        with contextlib.suppress(OSError):  # a read-only cache only costs the next process a re-read
+            _atomic_write(record, json.dumps(known, indent=0, sort_keys=True).encode())
+    _digests[key] = digest
     return digest
 
 

@@ -7,6 +7,7 @@ compare OnnxEncoder with SentenceTransformerEncoder on 1,000 varied texts.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import pickle
@@ -328,6 +329,21 @@ def test_the_cache_builds_once_atomically_and_keys_by_weights_and_quantisation(o
     assert approx.shape == exact.shape and np.isfinite(approx).all()
     with pytest.raises(ValueError, match="quantize"):
         onnx_export.cached_model(model_dir, sha, "int4", cache)
+
+
+def test_the_weights_digest_is_remembered_across_processes(tmp_path, monkeypatch):
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"weights")
+    cache = tmp_path / "cache"
+    digest = onnx_export.file_sha256(weights, cache)
+    assert digest == hashlib.sha256(b"weights").hexdigest()
+    record = json.loads((cache / "sha256.json").read_text())
+    assert list(record.values()) == [digest]
+    monkeypatch.setattr(onnx_export, "_digests", {})  # a new process: only the file remembers
+    (cache / "sha256.json").write_text(json.dumps({key: "f" * 64 for key in record}))
+    assert onnx_export.file_sha256(weights, cache) == "f" * 64  # read from the record, not the weights
+    weights.write_bytes(b"other weights")  # size and mtime change: computed again
+    assert onnx_export.file_sha256(weights, cache) == hashlib.sha256(b"other weights").hexdigest()
 
 
 def test_default_cache_dir_follows_the_environment(monkeypatch, tmp_path):
