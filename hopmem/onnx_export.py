@@ -6,8 +6,11 @@ graph is written here, node by node with :mod:`onnx.helper`, from the model's
 token type 0) and their LayerNorm, then per layer a 12-head self-attention
 with the padding mask, the output projection, a residual LayerNorm, the GELU
 (erf) feed-forward block and a second residual LayerNorm: the computation of
-``transformers.BertModel``'s ``last_hidden_state``. Pooling and normalisation
-are done by the encoder on the graph's output.
+``transformers.BertModel``'s ``last_hidden_state``. Attention and the
+residual LayerNorms are ONNX Runtime's fused operators (``com.microsoft``
+``Attention`` with the packed QKV weights, ``SkipLayerNormalization``), so the
+graph runs on ONNX Runtime only; the rest is standard ONNX (opset 20).
+Pooling and normalisation are done by the encoder on the graph's output.
 
 The graph is built once and kept in a cache file (:func:`cached_model`), named
 by the weights' sha256, :data:`EXPORT_VERSION` and the quantisation, and
