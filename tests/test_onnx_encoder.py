@@ -497,3 +497,14 @@ def test_default_encoder_is_the_onnx_one():
         assert encoder_available() is True
     finally:
         encoders.default_encoder.cache_clear()
+
+
+@pytest.mark.model
+def test_the_shipped_onnx_mean_is_the_fitted_one(onnx_minilm):
+    from hopmem.agent.encoding import fit_space_centerer, shipped_centerer
+
+    shipped = shipped_centerer(onnx_minilm.fingerprint, onnx_minilm.dim)
+    assert shipped is not None, "no centring mean shipped for OnnxEncoder(): run benchmarks/centering_means.py"
+    fitted = fit_space_centerer(onnx_minilm, onnx_minilm.dim)
+    # bit for bit on the CPU the file was made on; other CPUs' kernels may differ in the last bits
+    np.testing.assert_allclose(shipped.mean_, fitted.mean_, atol=1e-6)
