@@ -3,7 +3,7 @@
 Usage::
 
     python -m benchmarks.encoders [LOCOMO_DIR] [--encoders torch onnx onnx-int8] [--runs 3]
-        [--entries 10000] [--json PATH] [--quick]
+        [--entries 10000] [--json PATH] [--quick] [--encode-only]
 
 ``LOCOMO_DIR`` is the LoCoMo data folder (one ``*.json`` per conversation);
 without it the turns and questions come from hopmem's bundled
@@ -25,6 +25,10 @@ over ``--runs`` runs:
   process; the ONNX graph cache already written by a previous run).
 * ``min_cosine_vs_torch`` / ``mean_cosine_vs_torch``: agreement of the vectors
   of every turn with the torch encoder's.
+
+``--encode-only`` measures only the single-query encode p50, with the
+encoders taking turns within each run, so that a change of load on a shared
+machine falls on all of them alike (a minute instead of a quarter of an hour).
 
 BLAS and OpenMP threads are pinned to one and every encoder runs one intra-op
 thread, so the backends compare on equal terms. Times are wall clock, each
@@ -210,6 +214,21 @@ def measure(label: str, conversations: list[list[dict[str, Any]]], questions: li
     return out, vectors
 
 
+def encode_only(labels: list[str], questions: list[str], runs: int) -> dict[str, Any]:
+    """Single-query encode p50 per encoder, the encoders taking turns within each run (so a change in the
+    machine's load falls on all of them alike): the quick comparison."""
+    encoders = {label: make(label) for label in labels}
+    for encoder in encoders.values():
+        for q in questions[:20]:
+            encoder.encode([q])
+    runs_ms: dict[str, list[float]] = {label: [] for label in labels}
+    for run in range(runs):
+        for label, encoder in encoders.items():
+            runs_ms[label].append(encode_p50(encoder, questions[run::runs][:150])[0])
+    return {label: {"encode_p50_ms": round(statistics.median(v), 2), "runs": [round(x, 2) for x in v]}
+            for label, v in runs_ms.items()}
+
+
 def table(results: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
     lines = [f"{meta['data']}: {meta['turns']} turns, {meta['questions']} questions; recall at "
              f"{meta['entries']} entries; medians of {meta['runs']} runs; one thread each", "",
@@ -234,6 +253,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--entries", type=int, default=10000, help="entries in the recall memory (default 10000)")
     parser.add_argument("--quick", action="store_true", help="one run, 2,000 entries (a smoke test)")
+    parser.add_argument("--encode-only", action="store_true",
+                        help="only the single-query encode p50, the encoders taking turns within each run")
     parser.add_argument("--json", metavar="PATH", default="build/encoders-bench.json")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
@@ -242,6 +263,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     meta = {"data": description, "turns": sum(len(c) for c in conversations), "questions": len(questions),
             "entries": entries, "runs": runs, "machine": platform.platform(), "cpus": os.cpu_count(),
             "load_average": os.getloadavg()}
+    if args.encode_only:
+        quick = encode_only(list(args.encoders), questions, runs)
+        print(f"{description}: single-query encode p50 ms, median of {runs} runs (encoders taking turns), "
+              f"load average {os.getloadavg()[0]:.1f}")
+        for label, r in quick.items():
+            print(f"{label}: {r['encode_p50_ms']:.2f} (runs {r['runs']})")
+        return write_json(args.json, {"meta": meta, "encode_only": quick})
     results: dict[str, dict[str, Any]] = {}
     reference = None
     for label in sorted(args.encoders, key=lambda name: name != "torch"):  # torch first: the reference
@@ -251,10 +279,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             reference = vectors
     meta["load_average_after"] = os.getloadavg()
     print(table(results, meta))
-    out = {"meta": meta, "results": results}
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(out, indent=1))
+    return write_json(args.json, {"meta": meta, "results": results})
+
+
+def write_json(path: str | None, out: dict[str, Any]) -> dict[str, Any]:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(out, indent=1))
     return out
 
 
