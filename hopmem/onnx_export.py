@@ -220,6 +220,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o644)  # mkstemp's 0600 would hide a shared cache from other users
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

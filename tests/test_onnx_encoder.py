@@ -308,11 +308,12 @@ def test_the_cache_builds_once_atomically_and_keys_by_weights_and_quantisation(o
     model_dir.mkdir()
     write_safetensors(model_dir / "model.safetensors", weights)
     (model_dir / "config.json").write_text(json.dumps(config))
-    sha = onnx_export.file_sha256(model_dir / "model.safetensors")
+    sha = onnx_export.file_sha256(model_dir / "model.safetensors", tmp_path / "digests")
     cache = tmp_path / "cache"
     path = onnx_export.cached_model(model_dir, sha, None, cache)
     assert path.name == f"bert-{sha[:16]}-v{onnx_export.EXPORT_VERSION}-f32.onnx" and path.parent == cache
-    assert [p.name for p in cache.iterdir()] == [path.name]  # no temporary file left behind
+    assert sorted(p.name for p in cache.iterdir()) == [path.name]  # no temporary file left behind
+    assert path.stat().st_mode & 0o777 == 0o644  # readable by the other users of a shared cache
     built = path.stat().st_mtime_ns
 
     def no_rebuild(*args, **kwargs):
