@@ -773,7 +773,7 @@ class OnnxEncoder:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
-        from hopmem.onnx_export import cached_model, file_sha256
+        from hopmem.onnx_export import QUANTIZATION_RECIPES, cached_model, file_sha256
 
         cache = None if cache_dir is None else Path(os.fspath(cache_dir))
         sha = file_sha256(path / "model.safetensors", cache)
@@ -811,7 +811,7 @@ class OnnxEncoder:
         self.max_seq_length = max_seq_length
         self.weights_sha256 = sha
         self._fingerprint: str = model_fingerprint(
-            backend="onnxruntime", weights_sha256=sha, quantization=quantize, pooling=pooling,
+            backend="onnxruntime", weights_sha256=sha, quantization=QUANTIZATION_RECIPES[quantize], pooling=pooling,
             normalize=normalize, max_seq_length=max_seq_length, dim=self.dim)
 
     @property

@@ -16,7 +16,7 @@ The graph is built once and kept in a cache file (:func:`cached_model`), named
 by the weights' sha256, :data:`EXPORT_VERSION` and the quantisation, and
 written atomically (a temporary file renamed into place), so a later open only
 loads it. The int8 variant is ONNX Runtime's dynamic quantisation of the
-float32 graph's MatMul weights.
+float32 graph's MatMul and Attention weights, one scale per output channel.
 """
 
 from __future__ import annotations
@@ -33,17 +33,25 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["EXPORT_VERSION", "QUANTIZATIONS", "build_bert_graph", "cached_model", "default_cache_dir",
-           "file_sha256", "read_safetensors"]
+__all__ = ["EXPORT_VERSION", "QUANTIZATIONS", "QUANTIZATION_RECIPES", "build_bert_graph", "cached_model",
+           "default_cache_dir", "file_sha256", "read_safetensors"]
 
 logger = logging.getLogger(__name__)
 
 #: Version of the graph this module writes: part of the cache file's name, so a change to
 #: :func:`build_bert_graph` never loads a graph an older version wrote.
-EXPORT_VERSION = 1
+EXPORT_VERSION = 2
 
 #: Accepted ``quantize`` values: ``None`` (float32) or ``"int8"`` (dynamic int8 MatMul weights).
 QUANTIZATIONS: tuple[str | None, ...] = (None, "int8")
+
+#: What each quantisation does, as the encoder's fingerprint names it: a change of recipe is another encoder.
+#: Per-channel weight scales keep the vectors at a mean cosine of 0.99 with float32's (one scale per
+#: tensor: 0.95); the word embeddings stay float32 (quantising them costs the worst texts' cosine).
+QUANTIZATION_RECIPES: dict[str | None, str] = {
+    None: "float32",
+    "int8": "int8: onnxruntime quantize_dynamic, QInt8 weights, per channel, MatMul and Attention",
+}
 
 _OPSET = 20  # LayerNormalization (17) and Gelu (20) are standard ops from here
 _DTYPES = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32}
@@ -276,7 +284,8 @@ def cached_model(model_dir: Path, weights_sha256: str, quantize: str | None, cac
         with tempfile.TemporaryDirectory(dir=directory) as tmp, _quiet_root_logger():
             out = Path(tmp) / quant_path.name
             # the contrib ops' outputs have no inferred type: they are float32
-            quantize_dynamic(str(float_path), str(out), weight_type=QuantType.QInt8,
+            quantize_dynamic(str(float_path), str(out), weight_type=QuantType.QInt8, per_channel=True,
+                             op_types_to_quantize=["MatMul", "Attention"],
                              extra_options={"DefaultTensorType": 1})  # onnx.TensorProto.FLOAT
             _atomic_write(quant_path, out.read_bytes())
     return quant_path

@@ -38,7 +38,7 @@ from hopmem.errors import IncompatibleStore, InvalidInput
 #: shipped for each; a change here is an on-disk format change.
 TORCH_MINILM = "a7dc645a93cec792"
 ONNX_MINILM = "0fb0f6320440dccd"
-ONNX_MINILM_INT8 = "ea071ff8b904fe5d"
+ONNX_MINILM_INT8 = "6753d7c1b975eb3a"
 
 
 # ------------------------------------------------------------------ fingerprints (no model)
