@@ -231,7 +231,7 @@ class TestFingerprint:
 class TestSentenceTransformerFallbacks:
     def test_missing_package_names_the_extra(self, monkeypatch):
         monkeypatch.setitem(sys.modules, "sentence_transformers", None)  # import now raises ImportError
-        with pytest.raises(EncoderUnavailable, match=r"pip install 'hopmem\[text\]'") as info:
+        with pytest.raises(EncoderUnavailable, match=r"pip install 'hopmem\[torch\]'") as info:
             SentenceTransformerEncoder()
         assert isinstance(info.value, ImportError) and isinstance(info.value, HopmemError)
 
@@ -253,6 +253,7 @@ class TestSentenceTransformerFallbacks:
         def unavailable(*args, **kwargs):
             raise EncoderUnavailable("not here")
 
+        monkeypatch.setattr(encoders, "OnnxEncoder", unavailable)
         monkeypatch.setattr(encoders, "SentenceTransformerEncoder", unavailable)
         default_encoder.cache_clear()
         try:

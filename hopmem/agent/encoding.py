@@ -131,7 +131,7 @@ def is_encoder(encoder: object) -> bool:
 def encoder_record(encoder: Encoder) -> dict[str, Any]:
     """What a file records of its encoder: name, dimension and fingerprint."""
     return {"name": str(getattr(encoder, "name", type(encoder).__name__)), "dimension": encoder_dim(encoder),
-            "fingerprint": str(encoder.fingerprint)}
+            "fingerprint": fp if isinstance(fp := encoder.fingerprint, str) else str(fp)}  # keeps legacy aliases
 
 
 def space_centerer(encoder: Encoder, dim: int, centerer: Centerer | None = None) -> Centerer:

@@ -26,6 +26,7 @@ from typing import Any
 
 from .._deprecation import warn_deprecated
 from ..config import MemoryConfig
+from ..encoders import matching_encoder_hint
 from ..errors import (
     AlreadyExists,
     CorruptStore,
@@ -88,7 +89,9 @@ class EncoderInfo:
             raise InvalidInput(
                 f"encoder: expected an object with name, dim and fingerprint "
                 f"attributes, got {type(encoder).__name__} ({exc})") from None
-        return cls(name, dim, None if fingerprint is None else str(fingerprint))
+        # A str subclass (hopmem.encoders.Fingerprint) is kept as it is: it knows the older values it answers to.
+        return cls(name, dim, None if fingerprint is None else
+                   fingerprint if isinstance(fingerprint, str) else str(fingerprint))
 
     def to_dict(self) -> dict[str, Any]:
         """``{name, dimension, fingerprint}``: the record in export manifests and ``hopmem stats``."""
@@ -320,12 +323,13 @@ class DatabaseFile:
                     f"opened with {describe(wanted, differ)}")
         if enc is not None:
             have = self.encoder
+            # != with the encoder's fingerprint on one side: a Fingerprint also equals its legacy aliases
             if have is not None and have.fingerprint is not None and enc.fingerprint is not None \
-                    and have.fingerprint != enc.fingerprint:
+                    and enc.fingerprint != have.fingerprint:
                 raise IncompatibleStore(
                     f"{where}: database was written with encoder {have.name!r} (fingerprint "
                     f"{have.fingerprint}), opened with encoder {enc.name!r} (fingerprint "
-                    f"{enc.fingerprint})")
+                    f"{enc.fingerprint}){matching_encoder_hint(have.name)}")
             if have is None or (have.fingerprint is None and enc.fingerprint is not None):
                 if not self.readonly:
                     with self.transaction(where) as conn:
