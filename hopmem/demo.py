@@ -35,14 +35,14 @@ def load_conversation() -> dict[str, Any]:
 
 def pick_encoder(choice: str = "auto") -> tuple[Encoder, str]:
     """``(encoder, a line saying which and why)`` for ``choice`` in auto / minilm / hashing."""
-    from .encoders import EncoderUnavailable, HashingEncoder, SentenceTransformerEncoder, encoder_available
+    from .encoders import EncoderUnavailable, HashingEncoder, default_encoder, encoder_available
 
     encoder: Encoder
 
     if choice in ("auto", "minilm") and (choice == "minilm" or encoder_available()):
         try:
-            encoder = SentenceTransformerEncoder()
-            return encoder, f"encoder: {encoder.name} (sentence-transformers, {encoder.dim}-d)"
+            encoder = default_encoder()
+            return encoder, f"encoder: {encoder.name} ({encoder.dim}-d)"
         except EncoderUnavailable as exc:
             if choice == "minilm":
                 raise

@@ -73,13 +73,17 @@ def desktop_config(path: str, namespace: str, *, session: str | None = None, enc
 def open_memory(path: str, namespace: str, *, encoder: str = "default") -> AgentMemory:
     """Open the agent memory at ``path`` for ``namespace`` with the named encoder (see :data:`ENCODERS`)."""
     from .agent import AgentMemory
-    from .encoders import HashingEncoder, default_encoder
+    from .agent.store import recorded_encoder
+    from .encoders import HashingEncoder, builtin_encoder, default_encoder
     from .errors import InvalidInput
 
     if encoder == "hashing":
         enc: Any = HashingEncoder(384)
     elif encoder == "default":
-        enc = default_encoder()
+        # A file keeps the name of the encoder it was written with: reopen it with that one
+        # (a file from 0.2 was written by the torch model), a new file with the default.
+        recorded = recorded_encoder(path)
+        enc = builtin_encoder(recorded["name"]) if recorded is not None else default_encoder()
     else:
         raise InvalidInput(f"encoder: expected one of {list(ENCODERS)}, got {encoder!r}")
     return AgentMemory.open(path, encoder=enc, namespace=namespace)

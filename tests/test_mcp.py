@@ -194,3 +194,19 @@ def test_streamable_http(tmp_path):
         except subprocess.TimeoutExpired:  # pragma: no cover
             proc.kill()
             proc.wait()
+
+
+def test_default_encoder_reopens_a_file_with_the_encoder_it_records(tmp_path):
+    from hopmem.agent.store import recorded_encoder
+    from hopmem.mcp_server import open_memory
+
+    path = str(tmp_path / "m.db")
+    assert recorded_encoder(path) is None  # no file yet
+    with open_memory(path, "ns", encoder="hashing") as memory:
+        memory.remember("The deploy key lives in the vault.")
+    assert recorded_encoder(path)["name"] == "hashing-384"
+    with open_memory(path, "ns") as memory:  # "default": the file's own encoder, not the model
+        assert memory.encoder.name == "hashing-384"
+        assert memory.recall("Where is the deploy key?").hits
+    (tmp_path / "other.db").write_bytes(b"not a database")
+    assert recorded_encoder(str(tmp_path / "other.db")) is None

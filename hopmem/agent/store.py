@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Sequence
@@ -35,7 +36,7 @@ import numpy as np
 
 from ..errors import CorruptStore, IncompatibleStore, StoreError
 
-__all__ = ["AgentStore", "SCHEMA_VERSION", "ENTRY_COLUMNS"]
+__all__ = ["AgentStore", "SCHEMA_VERSION", "ENTRY_COLUMNS", "recorded_encoder"]
 
 SCHEMA_VERSION = 1
 _APP_ID = "hopmem.agent"
@@ -105,6 +106,31 @@ CREATE TABLE IF NOT EXISTS fts_tables (
 );
 CREATE TABLE IF NOT EXISTS migrations (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL, note TEXT);
 """
+
+
+def recorded_encoder(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """The encoder an agent-memory file records (``name``, ``dimension``, ``fingerprint``), read-only.
+
+    None when the file does not exist, is not an agent memory, or records no
+    encoder yet. Lets a program reopen a file with the encoder it was written
+    with (:func:`hopmem.encoders.builtin_encoder` of the name).
+    """
+    if not os.path.isfile(path):
+        return None
+    try:
+        conn = sqlite3.connect(f"file:{os.fspath(path)}?mode=ro", uri=True, timeout=30.0)
+    except sqlite3.Error:
+        return None
+    try:
+        rows = dict(conn.execute("SELECT key, value FROM meta WHERE key IN ('app', 'encoder')").fetchall())
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+    if rows.get("app") != _APP_ID or "encoder" not in rows:
+        return None
+    record = json.loads(rows["encoder"])
+    return record if isinstance(record, dict) else None
 
 
 def vector_blob(vector: np.ndarray) -> bytes:

@@ -16,7 +16,7 @@ import threading
 from typing import Any
 
 from hopmem.encoders import Encoder
-from hopmem.errors import IncompatibleStore
+from hopmem.errors import IncompatibleStore, InvalidInput
 from hopmem.store import EncoderInfo
 
 from . import models as m
@@ -33,17 +33,22 @@ _cache_lock = threading.Lock()
 
 
 def make_encoder(choice: str, dim: int) -> Encoder:
-    """The encoder named ``choice`` ("hashing" or "minilm") for vectors of length ``dim``."""
+    """The encoder named ``choice`` for vectors of length ``dim``.
+
+    "hashing" is ``HashingEncoder(dim)``; "minilm" is all-MiniLM-L6-v2 through
+    :func:`hopmem.encoders.default_encoder` (ONNX Runtime where installed,
+    else torch).
+    """
     from hopmem import encoders
 
     if choice == "hashing":
         return encoders.HashingEncoder(dim)
     if choice in ("minilm", encoders.DEFAULT_MODEL_NAME):
-        key = (encoders.DEFAULT_MODEL_NAME, 0)
+        key = ("minilm", 0)
         with _cache_lock:
             enc = _cache.get(key)
             if enc is None:
-                enc = _cache[key] = encoders.SentenceTransformerEncoder()
+                enc = _cache[key] = encoders.default_encoder()
         if enc.dim != dim:
             raise HTTPError(400, f"encoder 'minilm' produces dimension {enc.dim}, "
                             f"the database has dimension {dim}")
@@ -68,12 +73,13 @@ def encoder_for(db_name: str, info: EncoderInfo | None) -> Encoder:
         enc: Encoder
         if name == f"hashing-{dim}":
             enc = encoders.HashingEncoder(dim)
-        elif name == encoders.DEFAULT_MODEL_NAME:
-            enc = make_encoder("minilm", dim)
         else:
-            raise HTTPError(400, f"database {db_name!r} records encoder {name!r}, which this "
-                                 "server cannot load (it knows hashing-<dim> and "
-                                 f"{encoders.DEFAULT_MODEL_NAME})")
+            try:
+                enc = encoders.builtin_encoder(name)
+            except InvalidInput:
+                raise HTTPError(400, f"database {db_name!r} records encoder {name!r}, which this "
+                                     "server cannot load (it knows hashing-<dim> and "
+                                     f"{encoders.DEFAULT_MODEL_NAME} on torch or ONNX)") from None
         with _cache_lock:
             enc = _cache.setdefault(key, enc)
     else:
