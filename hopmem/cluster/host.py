@@ -47,7 +47,7 @@ COLLECTION_METHODS = frozenset({
 #: Collection attributes a client may read (``get:NAME``); ``centering`` and ``gate`` may be set.
 COLLECTION_ATTRIBUTES = frozenset({
     "seq", "ids", "addresses", "counters", "weights", "patterns", "centering", "gate",
-    "backend", "config", "dim",
+    "backend", "config", "dim", "next_doc_id",
 })
 SETTABLE = frozenset({"centering", "gate"})
 #: Database methods a client may call.
@@ -98,7 +98,9 @@ class ShardHost:
         """Whether the store's ``Collection.<method>`` takes ``write_id=`` (a retry applied once)."""
         if method not in self._write_ids:
             from ..store import Collection
-            fn = getattr(Collection, method, None)
+            from ..store.documents import Documents
+            fn = (getattr(Documents, method[10:], None) if method.startswith("documents.")
+                  else getattr(Collection, method, None))
             self._write_ids[method] = fn is not None and \
                 "write_id" in inspect.signature(fn).parameters
         return self._write_ids[method]
@@ -242,7 +244,7 @@ class ShardHost:
             if method not in COLLECTION_METHODS:
                 raise InvalidInput(f"method: expected one of {sorted(COLLECTION_METHODS)}, got "
                                    f"{method!r}")
-            if method in ("write", "compress") and "write_id" in kwargs:
+            if method in ("write", "compress", "documents.delete") and "write_id" in kwargs:
                 if kwargs["write_id"] is None:
                     del kwargs["write_id"]
                 elif not self.supports_write_ids(method):
