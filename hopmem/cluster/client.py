@@ -8,12 +8,14 @@ same class with the same message). Every call is one actor call to the host
 holding the collection's shard (``stable_shard(database, collection, S)``);
 calls that touch every shard (``collections()``) are one call per host.
 
-Retries. Reads, deletes and settings are retried while a host restarts (up to
-``retry_timeout`` seconds). A write is retried only when it carries a write id
-(the store records it in the journal, so a retry is applied once): the client
-gives every write one when the hosts' store supports them. Without write ids a
-write interrupted by a host failure raises :class:`~hopmem.errors.StoreError`
-saying its outcome is unknown.
+Retries. Reads and settings are retried while a host restarts (up to
+``retry_timeout`` seconds). A mutation (``write``, ``remember``, ``compress``,
+``documents.delete``) is retried only when it carries a write id (the store
+records it with the change, so a retry is applied once and answers what the
+first attempt answered): the client gives each one an id when none is passed
+and the hosts' store supports them. Without write ids a mutation interrupted by
+a host failure raises :class:`~hopmem.errors.StoreError` saying its outcome is
+unknown.
 
 Nothing here imports Ray: the transport (:mod:`hopmem.cluster.runtime`) does.
 """
