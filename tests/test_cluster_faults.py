@@ -148,3 +148,17 @@ def test_remember_and_document_deletes_carry_write_ids(ray_cluster):
     # Without an id the client makes one up, so the call may be retried after a host failure.
     options, retry = coll.write_options("documents.delete", None)
     assert retry and len(options["write_id"]) == 32
+
+
+def test_agent_remember_is_retried_with_its_write_id(ray_cluster):
+    from hopmem.encoders import HashingEncoder
+    db = ray_cluster.create(cluster_db_name("f"), 64, shards=2)
+    remote = db.agent_memory("team", encoder=HashingEncoder(64), clock=lambda: 1_000_000.0)
+    first = remote.remember("Production deploys require a database snapshot first.", write_id="a-1")
+    ok, pid = ray_cluster.transport.host(db.placement[remote.shard], "pid", (), True)
+    os.kill(pid, signal.SIGKILL)
+    again = remote.remember("Production deploys require a database snapshot first.", write_id="a-1")
+    assert again.id == first.id and remote.stats()["entries"] == 1
+    # Without an id the client makes one up, so a remember is retried after a host failure too.
+    assert remote.remember("The billing service runs on Postgres 16.").id != first.id
+    assert remote.stats()["entries"] == 2

@@ -905,8 +905,11 @@ class ClusterAgentMemory:
 
     Attributes that are not methods are read from the host at each access.
     Reads (``recall``, ``get``, ``stats``, ...) are retried while a host
-    restarts; a write interrupted by a host failure is not (its outcome is
-    unknown). A restarted host gets the memory opened again first.
+    restarts, and so is ``remember``: it carries a write id (made up when none
+    is given; AgentMemory records it with the entry), so a retry is applied
+    once. Other writes (``forget``, ``feedback``, ...) interrupted by a host
+    failure are not retried (their outcome is unknown). A restarted host gets
+    the memory opened again first.
     """
 
     def __init__(self, database: ClusterDatabase, namespace: str, encoder: Any,
@@ -932,11 +935,16 @@ class ClusterAgentMemory:
                                                     self._encoder, self._options), True)
 
     def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        retry = method.startswith("get:") or method in _AGENT_READS
+        if method == "remember":
+            kwargs = {k: v for k, v in kwargs.items() if k != "write_id" or v is not None}
+            if "write_id" not in kwargs and self._db.datadir.supports_write_ids("agent.remember"):
+                kwargs["write_id"] = uuid.uuid4().hex
+            retry = "write_id" in kwargs
         for attempt in (0, 1):
             try:
                 return self._db.invoke(self._shard, "agent_call", (
-                    self._db.name, self._shard, self._namespace, method, args, kwargs),
-                    method.startswith("get:") or method in _AGENT_READS)
+                    self._db.name, self._shard, self._namespace, method, args, kwargs), retry)
             except NotOpen:
                 if attempt:
                     raise

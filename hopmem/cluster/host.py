@@ -95,12 +95,18 @@ class ShardHost:
         return os.getpid()
 
     def supports_write_ids(self, method: str = "write") -> bool:
-        """Whether the store's ``Collection.<method>`` takes ``write_id=`` (a retry applied once)."""
+        """Whether the store's ``Collection.<method>`` (``documents.<method>``: ``Documents``';
+        ``agent.<method>``: ``AgentMemory``') takes ``write_id=`` (a retry applied once)."""
         if method not in self._write_ids:
             from ..store import Collection
             from ..store.documents import Documents
-            fn = (getattr(Documents, method[10:], None) if method.startswith("documents.")
-                  else getattr(Collection, method, None))
+            if method.startswith("agent."):
+                from ..agent import AgentMemory
+                fn = getattr(AgentMemory, method[6:], None)
+            elif method.startswith("documents."):
+                fn = getattr(Documents, method[10:], None)
+            else:
+                fn = getattr(Collection, method, None)
             self._write_ids[method] = fn is not None and \
                 "write_id" in inspect.signature(fn).parameters
         return self._write_ids[method]
