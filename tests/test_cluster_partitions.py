@@ -163,6 +163,7 @@ def test_http_server_serves_a_partitioned_collection(ray_cluster, tmp_path):
             assert c.get(f"{base}/documents/4").json()["metadata"] == "d"
             assert c.delete(f"{base}/documents/4").json() == {"deleted": True}
             assert c.get(f"{base}/stats").json()["documents"] == 4
+            assert c.get(f"{base}/config").json()["config"]["dim"] == D
             assert c.get(f"/db/{name}/collections").json()["collections"] == ["docs"]
             for route in ("read", "analyze", "attention"):
                 r = c.post(f"{base}/{route}", json={"query": np.eye(D)[0].tolist()})
