@@ -139,6 +139,7 @@ bench: build
 
 bench-smoke: build
 	$(BIN)/python -m benchmarks.compare --smoke
+	RAY_USAGE_STATS_ENABLED=0 $(BIN)/python -m benchmarks.cluster --smoke --skip-http
 
 # asv measures the working tree in this venv (environment_type "existing").
 asv: build

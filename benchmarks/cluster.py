@@ -3,6 +3,7 @@
     python -m benchmarks.cluster                      # d = 384, medians of 3 runs
     python -m benchmarks.cluster --docs 200000 --json out.json
     python -m benchmarks.cluster --smoke              # tiny sizes: checks the script runs
+    python -m benchmarks.cluster --smoke --skip-http  # the library part only (make bench-smoke)
     python -m benchmarks.cluster --skip-http --pin-hosts   # one core per shard host
 
 Figures (each the median of ``--runs`` runs; the same for single-node hopmem):
@@ -12,10 +13,10 @@ Figures (each the median of ``--runs`` runs; the same for single-node hopmem):
   clients; durable writes/s with 16 clients (one vector with metadata per
   request, each client its own collection).
 * Exact top-10 over ``--docs`` documents: one collection holding all of them,
-  vs ``--partitions`` collections on different hosts holding a share each,
-  queried at once and merged (``hopmem.cluster.partitions.PartitionedCollection``
-  when it exists, else the same scatter and merge done here). Single node: one
-  local collection. The collections use ``mode="plain", k=1`` so filling them
+  vs a partitioned collection of ``--partitions`` parts
+  (``db.collection(name, partitions=P)``: parts on consecutive shards, so on
+  different hosts, queried at once and merged). Single node: one local
+  collection. The collections use ``mode="plain", k=1`` so filling them
   costs little: exact resolution reads the documents, not the memory.
 * Heavy write batches (1,000 vectors of d = 384 with metadata, the default
   competitive memory): vectors/s of 2 writers into 2 collections on ONE host,
@@ -40,7 +41,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -168,22 +168,6 @@ def _time_queries(fn: Callable[[np.ndarray], Any], queries: np.ndarray) -> float
     return 1e3 * statistics.median(times)
 
 
-def _scatter(parts: list[Any], pool: ThreadPoolExecutor) -> Callable[[np.ndarray], list[Any]]:
-    try:
-        from hopmem.cluster.partitions import PartitionedCollection  # wired by the integrator
-    except ImportError:
-        PartitionedCollection = None
-    if PartitionedCollection is not None:
-        partitioned = PartitionedCollection("bench", parts)
-        return lambda q: partitioned.resolve(q, limit=10, mode="exact")
-
-    def resolve(q: np.ndarray) -> list[Any]:
-        found = [h for hits in pool.map(lambda c: c.resolve(q, limit=10, mode="exact"), parts)
-                 for h in hits]
-        return sorted(found, key=lambda h: -h.similarity)[:10]
-    return resolve
-
-
 def _heavy(colls: list[Any], batches: int, batch: int, d: int) -> float:
     """Vectors/s of one writer thread per collection, ``batches`` batches each."""
     data = [clustered(batches * batch, d, 10 + i) for i in range(len(colls))]
@@ -229,18 +213,18 @@ def library_runs(args: argparse.Namespace) -> dict[str, Any]:
     X = clustered(n, d, 3)
     queries = clustered(args.queries, d, 4)
     cluster = start_local(hosts=2, root=root)
-    pool = ThreadPoolExecutor(max(2, parts))
     results: dict[str, list[dict[str, float]]] = {"cluster": [], "single": []}
     try:
         plain = {"mode": "plain", "k": 1}
         db = cluster.create("topk", d, shards=4, **plain)
         hosts = [h["host_id"] for h in cluster.hosts()]
         whole = db.collection(_names_on(db, hosts[:1], "whole")[0])
-        split = [db.collection(c) for c in _names_on(db, [hosts[i % len(hosts)] for i in range(parts)], "part")]
+        split = db.collection("split", partitions=parts)
         _fill(whole, X, 0)
-        share = -(-n // parts)
-        for i, coll in enumerate(split):
-            _fill(coll, X[i * share:(i + 1) * share], i * share)
+        _fill(split, X, 0)
+        q0 = queries[0]
+        if split.resolve(q0, 10, "exact") != whole.resolve(q0, limit=10, mode="exact"):
+            raise SystemExit("the partitioned top-10 differs from one collection's")
         local = hopmem.open(os.path.join(local_dir, "topk.hopmem"), d, **plain)
         lcoll = local.collection("whole")
         _fill(lcoll, X, 0)
@@ -252,7 +236,7 @@ def library_runs(args: argparse.Namespace) -> dict[str, Any]:
             if args.pin_hosts:
                 pin_hosts(cluster)
             one = _time_queries(lambda q: whole.resolve(q, limit=10, mode="exact"), queries)
-            scattered = _time_queries(_scatter(split, pool), queries)
+            scattered = _time_queries(lambda q: split.resolve(q, limit=10, mode="exact"), queries)
             single = _time_queries(lambda q: lcoll.resolve(q, limit=10, mode="exact"), queries)
             h1 = _heavy(same, args.batches, args.batch, d)
             h2 = _heavy(spread, args.batches, args.batch, d)
@@ -266,7 +250,6 @@ def library_runs(args: argparse.Namespace) -> dict[str, Any]:
         local.close()
         heavy_local.close()
     finally:
-        pool.shutdown()
         cluster.shutdown()
         shutil.rmtree(root, ignore_errors=True)
         shutil.rmtree(local_dir, ignore_errors=True)

@@ -127,3 +127,38 @@ def test_a_retried_write_id_is_applied_once(ray_cluster):
     _kill_host_of(ray_cluster, db, coll)
     assert coll.write(np.eye(8)[:2], metadata=["a", "b"], write_id="w-1").ids == first.ids
     assert coll.documents.count() == 2
+
+
+@pytest.mark.skipif(not WRITE_IDS, reason="the store does not record write ids yet "
+                                          "(Collection.write has no write_id=)")
+def test_remember_and_document_deletes_carry_write_ids(ray_cluster):
+    from hopmem.encoders import HashingEncoder
+    enc = HashingEncoder(32)
+    db = ray_cluster.create(cluster_db_name("f"), 32, shards=2, encoder=enc)
+    coll = db.collection("texts")
+    texts = [f"note {i} about {w}" for i in range(5) for w in ("cats", "rain", "bread", "markets")]
+    first = coll.remember(texts, write_id="r-1")
+    assert coll.remember(texts, write_id="r-1") == first
+    _kill_host_of(ray_cluster, db, coll)
+    assert coll.remember(texts, write_id="r-1") == first and coll.documents.count() == len(texts)
+    assert coll.documents.delete(first[0], write_id="d-1") is True
+    _kill_host_of(ray_cluster, db, coll)
+    assert coll.documents.delete(first[0], write_id="d-1") is True  # the first answer, again
+    assert coll.documents.delete(first[0]) is False
+    # Without an id the client makes one up, so the call may be retried after a host failure.
+    options, retry = coll.write_options("documents.delete", None)
+    assert retry and len(options["write_id"]) == 32
+
+
+def test_agent_remember_is_retried_with_its_write_id(ray_cluster):
+    from hopmem.encoders import HashingEncoder
+    db = ray_cluster.create(cluster_db_name("f"), 64, shards=2)
+    remote = db.agent_memory("team", encoder=HashingEncoder(64), clock=lambda: 1_000_000.0)
+    first = remote.remember("Production deploys require a database snapshot first.", write_id="a-1")
+    ok, pid = ray_cluster.transport.host(db.placement[remote.shard], "pid", (), True)
+    os.kill(pid, signal.SIGKILL)
+    again = remote.remember("Production deploys require a database snapshot first.", write_id="a-1")
+    assert again.id == first.id and remote.stats()["entries"] == 1
+    # Without an id the client makes one up, so a remember is retried after a host failure too.
+    assert remote.remember("The billing service runs on Postgres 16.").id != first.id
+    assert remote.stats()["entries"] == 2

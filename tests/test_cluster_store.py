@@ -280,3 +280,29 @@ def test_agent_memory_runs_on_the_namespace_shard(ray_cluster, tmp_path):
             ray_cluster.move_shard(db.name, remote.shard, "h0" if db.placement[remote.shard] == "h1" else "h1")
     finally:
         local.close()
+
+
+def test_agent_remember_records_its_write_id(tmp_path):
+    """Ray-free: what lets the cluster retry AgentMemory.remember after a host failure."""
+    from hopmem.agent import AgentMemory
+    from hopmem.encoders import HashingEncoder
+    enc = HashingEncoder(64)
+    path = tmp_path / "agent.db"
+    with AgentMemory.open(path, encoder=enc, namespace="team", clock=lambda: 1_000_000.0) as memory:
+        first = memory.remember("The billing service runs on Postgres 16.", write_id="r-1")
+        again = memory.remember("The billing service runs on Postgres 16.", write_id="r-1")
+        assert again.id == first.id and not again.merged and again.merged_count == 0
+        merged = memory.remember("The billing service runs on Postgres 16.", write_id="r-2")
+        assert merged.id == first.id and merged.merged and merged.merged_count == 1
+        assert memory.remember("The billing service runs on Postgres 16.", write_id="r-2").merged
+        with pytest.raises(InvalidInput, match="write_id: expected 'r-1' with the statement"):
+            memory.remember("Deploys need a snapshot first.", write_id="r-1")
+        with pytest.raises(InvalidInput, match="write_id: expected a non-empty string"):
+            memory.remember("Deploys need a snapshot first.", write_id="")
+        with pytest.raises(InvalidInput, match="write_id: expected one per item"):
+            memory.remember_many(["a b c", "d e f"], write_id="x")
+        assert memory.stats()["entries"] == 1
+    # Recorded in the file: another process (a restarted host) answers the repeat the same way.
+    with AgentMemory.open(path, encoder=enc, namespace="team", clock=lambda: 1_000_000.0) as memory:
+        assert memory.remember("The billing service runs on Postgres 16.", write_id="r-1").id == first.id
+        assert memory.stats()["entries"] == 1

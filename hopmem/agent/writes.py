@@ -9,6 +9,7 @@ commit and can only add boost labels.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import inspect
 import json
 import logging
@@ -54,6 +55,7 @@ class WritesMixin(MemoryCore):
         metadata: Any = None,
         created_at: float | None = None,
         supersedes: int | None = None,
+        write_id: str | None = None,
     ) -> Entry:
         """Store a self-contained statement; returns the (new or merged-into) :class:`Entry`.
 
@@ -77,15 +79,23 @@ class WritesMixin(MemoryCore):
         ``supersedes`` names the entry this statement replaces (it must be
         visible in the same scope); without it supersession is detected as
         described in :class:`RecallConfig`.
+
+        ``write_id`` (a non-empty string of at most 256 characters, unique per
+        call) is recorded in the transaction that stores the statement, so a
+        call retried after an ambiguous failure (a lost connection, a host
+        that died before answering) is applied once: a repeat answers the
+        entry the first call made or merged into (as it is now), without
+        storing anything; the same id with another statement or scope is
+        :class:`~hopmem.errors.InvalidInput`.
         """
         return self._remember(text, None, session_id=session_id, durability=durability, kind=kind,
                               importance=importance, labels=labels, ttl=ttl, metadata=metadata,
-                              created_at=created_at, supersedes=supersedes)
+                              created_at=created_at, supersedes=supersedes, write_id=write_id)
 
     def _remember(self, text: str, vector: np.ndarray | None, *, session_id: str | None, durability: str,
                   kind: str, importance: float, labels: Mapping[str, Any] | None,
                   ttl: float | _dt.timedelta | None, metadata: Any, created_at: float | None,
-                  supersedes: int | None) -> Entry:
+                  supersedes: int | None, write_id: str | None = None) -> Entry:
         """:meth:`remember`, with the statement's centred vector when the caller has encoded it already."""
         self._check_open()
         text = statement(text)
@@ -102,6 +112,9 @@ class WritesMixin(MemoryCore):
             meta_json = None if metadata is None else json.dumps(metadata, sort_keys=True)
         except (TypeError, ValueError) as exc:
             raise InvalidInput(f"metadata: expected JSON-serialisable data: {exc}") from None
+        wid = _check_write_id(write_id)
+        digest = "" if wid is None else hashlib.sha256(json.dumps(
+            [text, session_id, durability, kind, meta_json]).encode()).hexdigest()
         if vector is None:
             vector = self._encode([text])[0]
         if not np.any(vector):
@@ -110,6 +123,10 @@ class WritesMixin(MemoryCore):
             self._check_open()
             self._sync()
             now = self._now()
+            if wid is not None:
+                repeat = self._store.write_id(self.namespace, wid)
+                if repeat is not None:
+                    return self._repeated(wid, digest, repeat, now)
             created = now if created_at is None else float(created_at)
             part_key = session_id if durability == "session" else None
             norm = kw.normalise_text(text)
@@ -127,7 +144,7 @@ class WritesMixin(MemoryCore):
                                                       metadata)
             if target is not None:
                 return self._merge(target, text, meta_json, explicit, importance, expires, session_id, now,
-                                   created)
+                                   created, wid, digest)
             values = {
                 "namespace": self.namespace, "session_id": session_id if durability == "session" else None,
                 "durability": durability, "kind": kind, "text": text, "norm_text": norm,
@@ -141,6 +158,8 @@ class WritesMixin(MemoryCore):
             fts = self._fts_for(part_key)
             with self._store.transaction():
                 entry_id = self._store.insert_entry(fts, values)
+                if wid is not None:
+                    self._store.record_write_id(self.namespace, wid, digest, entry_id, False, now)
                 for old in superseded:
                     self._store.update_entry(old.id, self.namespace, superseded_by=entry_id, updated_at=now)
                 if self.capacity is not None:
@@ -229,8 +248,20 @@ class WritesMixin(MemoryCore):
             return []
         return [max(heads, key=lambda t: (t[0], t[1].created_at))[1]]
 
+    def _repeated(self, wid: str, digest: str, repeat: tuple[str, int, bool], now: float) -> Entry:
+        """The answer to a repeated write id (the caller holds the lock)."""
+        first, entry_id, merged = repeat
+        if first != digest:
+            raise InvalidInput(f"write_id: expected {wid!r} with the statement and scope it was first "
+                               f"used with, got another (give each call its own id)")
+        row = self._rows.get(entry_id)
+        if row is None:
+            raise NotFound(f"write_id {wid!r}: its entry {entry_id} has been forgotten or evicted since")
+        return self._entry(row, now, merged=merged)
+
     def _merge(self, row: Row, text: str, meta_json: str | None, explicit: dict, importance: float,
-               expires: float | None, session_id: str | None, now: float, created: float) -> Entry:
+               expires: float | None, session_id: str | None, now: float, created: float,
+               wid: str | None = None, digest: str = "") -> Entry:
         labels = self.label_policy.merge(row.labels, explicit)
         new_importance = max(row.importance, float(importance))
         new_expires = None if (row.expires_at is None or expires is None) else max(row.expires_at, expires)
@@ -241,6 +272,8 @@ class WritesMixin(MemoryCore):
                 expires_at=new_expires)
             if text != row.text or meta_json is not None:  # the merged statement's own time and metadata
                 self._store.add_variant(row.id, text, meta_json, created)
+            if wid is not None:
+                self._store.record_write_id(self.namespace, wid, digest, row.id, True, now)
         self._data_version = self._store.data_version()
         row.merged_count += 1
         row.importance = new_importance
@@ -306,6 +339,8 @@ class WritesMixin(MemoryCore):
         :data:`~hopmem.agent.encoding.PROGRESS_FROM` items on, when stderr is a terminal).
         """
         self._check_open()
+        if defaults.get("write_id") is not None:
+            raise InvalidInput("write_id: expected one per item (in the item's dict), got one for every item")
         unknown = set(defaults) - REMEMBER_ARGS
         if unknown:
             raise InvalidInput(f"remember_many: unknown argument(s) {sorted(unknown)}; "
@@ -330,6 +365,17 @@ class WritesMixin(MemoryCore):
         vectors = self._encode([text for text, _ in calls], progress)
         return [self._remember(text, vector, **{**REMEMBER_DEFAULTS, **args})
                 for (text, args), vector in zip(calls, vectors)]
+
+
+def _check_write_id(write_id: Any) -> str | None:
+    """``write_id`` if it is None or a non-empty str of at most 256 characters; else InvalidInput."""
+    if write_id is None:
+        return None
+    if not isinstance(write_id, str) or not 1 <= len(write_id) <= 256:
+        got = (f"a string of {len(write_id)} characters" if isinstance(write_id, str)
+               else type(write_id).__name__)
+        raise InvalidInput(f"write_id: expected a non-empty string of at most 256 characters, got {got}")
+    return write_id
 
 
 def _samesource_of(old: Any, new: Any) -> bool:

@@ -9,9 +9,11 @@ return a :class:`~hopmem.cluster.client.ClusterDataDir`: the ``DataDir`` /
 ``Database`` / ``Collection`` API with the same results and errors, plus
 ``shutdown()``. See ``docs/scale-out.md``.
 
-A partitioned collection (:mod:`hopmem.cluster.partitions`) spreads one
-collection's documents over several parts and answers exact queries as one
-collection would; it needs no Ray.
+A partitioned collection (``db.collection(name, partitions=P)``, a
+:class:`~hopmem.cluster.client.ClusterPartitionedCollection` over the logic of
+:mod:`hopmem.cluster.partitions`, which needs no Ray) spreads one collection's
+documents over P parts on different shards and answers exact queries as one
+collection would.
 
 Ray is the optional extra ``hopmem[cluster]``; importing this package does
 not import it (only :func:`connect` and :func:`start_local` do).
@@ -24,7 +26,7 @@ from typing import Any
 from .placement import stable_shard
 
 __all__ = ["connect", "start_local", "stable_shard", "ClusterDataDir", "ClusterDatabase",
-           "ClusterCollection"]
+           "ClusterCollection", "ClusterPartitionedCollection"]
 
 
 def connect(address: str = "auto", **options: Any) -> Any:
@@ -40,7 +42,8 @@ def start_local(hosts: int = 2, root: Any = "hopmem-cluster", **options: Any) ->
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("ClusterDataDir", "ClusterDatabase", "ClusterCollection"):
+    if name in ("ClusterDataDir", "ClusterDatabase", "ClusterCollection",
+                "ClusterPartitionedCollection"):
         from . import client
         return getattr(client, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

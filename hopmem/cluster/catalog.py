@@ -32,6 +32,8 @@ CREATE TABLE IF NOT EXISTS databases (name TEXT PRIMARY KEY, dim INTEGER NOT NUL
     shards INTEGER NOT NULL, created_at TEXT NOT NULL, encoder TEXT, config TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS shards (name TEXT NOT NULL, shard INTEGER NOT NULL,
     host_id TEXT NOT NULL, PRIMARY KEY (name, shard));
+CREATE TABLE IF NOT EXISTS partitioned (name TEXT NOT NULL, collection TEXT NOT NULL,
+    partitions INTEGER NOT NULL, PRIMARY KEY (name, collection));
 """
 
 
@@ -141,11 +143,58 @@ class Catalog:
             try:
                 gone = self._conn.execute("DELETE FROM databases WHERE name = ?", (name,)).rowcount
                 self._conn.execute("DELETE FROM shards WHERE name = ?", (name,))
+                self._conn.execute("DELETE FROM partitioned WHERE name = ?", (name,))
                 self._conn.execute("COMMIT")
             except BaseException:
                 self._conn.execute("ROLLBACK")
                 raise
         return bool(gone)
+
+    # -- partitioned collections --------------------------------------------------------------------
+
+    def add_partitioned(self, name: str, collection: str, partitions: int) -> int:
+        """Record collection ``collection`` of database ``name`` as split in ``partitions``
+        parts, unless it is recorded already; returns the recorded number (the first
+        record wins, so two clients creating it concurrently agree)."""
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or partitions < 2:
+            raise InvalidInput(f"partitions: expected an integer >= 2, got {partitions!r}")
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                if not self._conn.execute("SELECT 1 FROM databases WHERE name = ?",
+                                          (name,)).fetchone():
+                    raise NotFound(f"database {name!r} not found")
+                self._conn.execute("INSERT OR IGNORE INTO partitioned VALUES (?, ?, ?)",
+                                   (name, collection, partitions))
+                (recorded,) = self._conn.execute(
+                    "SELECT partitions FROM partitioned WHERE name = ? AND collection = ?",
+                    (name, collection)).fetchone()
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        return int(recorded)
+
+    def partitions_of(self, name: str, collection: str) -> int:
+        """P of a partitioned collection; 1 when it is not recorded as partitioned."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT partitions FROM partitioned WHERE name = ? AND collection = ?",
+                (name, collection)).fetchone()
+        return 1 if row is None else int(row[0])
+
+    def partitioned(self, name: str) -> dict[str, int]:
+        """The partitioned collections of database ``name``: collection -> P."""
+        with self._lock:
+            return {c: int(p) for c, p in self._conn.execute(
+                "SELECT collection, partitions FROM partitioned WHERE name = ?", (name,))}
+
+    def drop_partitioned(self, name: str, collection: str) -> bool:
+        """Forget that ``collection`` is partitioned (after its parts are dropped)."""
+        with self._lock:
+            return bool(self._conn.execute(
+                "DELETE FROM partitioned WHERE name = ? AND collection = ?",
+                (name, collection)).rowcount)
 
     def move_shard(self, name: str, shard: int, host_id: str) -> None:
         """Point shard ``shard`` of ``name`` at ``host_id`` (the last step of a move)."""

@@ -8,21 +8,25 @@ same class with the same message). Every call is one actor call to the host
 holding the collection's shard (``stable_shard(database, collection, S)``);
 calls that touch every shard (``collections()``) are one call per host.
 
-Retries. Reads, deletes and settings are retried while a host restarts (up to
-``retry_timeout`` seconds). A write is retried only when it carries a write id
-(the store records it in the journal, so a retry is applied once): the client
-gives every write one when the hosts' store supports them. Without write ids a
-write interrupted by a host failure raises :class:`~hopmem.errors.StoreError`
-saying its outcome is unknown.
+Retries. Reads and settings are retried while a host restarts (up to
+``retry_timeout`` seconds). A mutation (``write``, ``remember``, ``compress``,
+``documents.delete``) is retried only when it carries a write id (the store
+records it with the change, so a retry is applied once and answers what the
+first attempt answered): the client gives each one an id when none is passed
+and the hosts' store supports them. Without write ids a mutation interrupted by
+a host failure raises :class:`~hopmem.errors.StoreError` saying its outcome is
+unknown.
 
 Nothing here imports Ray: the transport (:mod:`hopmem.cluster.runtime`) does.
 """
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 import numpy as np
@@ -33,12 +37,48 @@ from ..errors import IncompatibleStore, InvalidInput, NotFound, StoreError
 from ..recall import RecallGate, RecallResult
 from ..store import EncoderInfo
 from ..store.documents import Document, DocumentHit, Documents
-from ..store.names import check_collection_name, check_database_name
+from ..store.names import COLLECTION_NAME_MAX, check_collection_name, check_database_name
+from .partitions import PartitionedCollection
 from .placement import stable_shard
 from .wire import Envelope, NotHere, NotOpen, unpack_error
 
 __all__ = ["ClusterDataDir", "ClusterDatabase", "ClusterCollection", "ClusterAgentMemory",
-           "Transport"]
+           "ClusterPartitionedCollection", "Transport", "part_name", "PART_SUFFIX"]
+
+#: The end of a partition's own collection name, ``NAME#part-P-of-N``: reserved (the
+#: cluster refuses collection names ending like this), so no user name collides with a part.
+PART_SUFFIX = re.compile(r"#part-[0-9]+-of-[0-9]+\Z")
+
+#: Threads per database running the partitions' calls of a partitioned collection in parallel.
+_PARTITION_THREADS = 8
+
+
+def part_name(collection: str, partition: int, partitions: int) -> str:
+    """The collection holding partition ``partition`` of ``partitions`` of ``collection``."""
+    return f"{collection}#part-{partition}-of-{partitions}"
+
+
+def _check_name(name: Any) -> str:
+    """A collection name a cluster user may give: the store's rules, minus the parts' names."""
+    check_collection_name(name)
+    if PART_SUFFIX.search(name):
+        raise InvalidInput(
+            f"collection name: expected a name not ending in '#part-N-of-M' (reserved for the "
+            f"parts of partitioned collections), got {name!r}")
+    return name
+
+
+def _check_partitions(name: str, partitions: Any) -> int:
+    if isinstance(partitions, bool) or not isinstance(partitions, (int, np.integer)) \
+            or partitions < 1:
+        raise InvalidInput(f"partitions: expected an integer >= 1, got {partitions!r}")
+    longest = len(part_name(name, int(partitions) - 1, int(partitions)))
+    if partitions > 1 and longest > COLLECTION_NAME_MAX:
+        raise InvalidInput(
+            f"collection name: expected at most {COLLECTION_NAME_MAX - longest + len(name)} "
+            f"characters for a collection of {partitions} partitions (each part is named "
+            f"NAME#part-N-of-{partitions}), got {len(name)}")
+    return int(partitions)
 
 
 class Transport(Protocol):
@@ -236,9 +276,10 @@ class ClusterDatabase:
         self._dd = datadir
         self._record = record
         self._encoder = encoder
-        self._collections: dict[str, ClusterCollection] = {}
+        self._collections: dict[str, ClusterCollection | ClusterPartitionedCollection] = {}
         self._config: MemoryConfig | None = None
         self._closed = False
+        self._executor: ThreadPoolExecutor | None = None
 
     # -- what the catalog records ----------------------------------------------------------------
 
@@ -356,45 +397,132 @@ class ClusterDatabase:
 
     # -- collections ----------------------------------------------------------------------------
 
-    def collection(self, name: str, **config: Any) -> ClusterCollection:
-        """The collection ``name``, created with the database's config (plus ``config``) if missing."""
-        check_collection_name(name)
+    def collection(self, name: str, *, partitions: int | None = None,
+                   **config: Any) -> ClusterCollection | ClusterPartitionedCollection:
+        """The collection ``name``, created with the database's config (plus ``config``) if missing.
+
+        ``partitions=P`` (P >= 2) makes (or opens) a partitioned collection: P
+        part collections, part ``p`` on shard ``(stable_shard(database, name, S) + p) % S``
+        (so the parts land on different shards, and on different hosts when the
+        shards are spread), returned as a :class:`ClusterPartitionedCollection`.
+        P is recorded in the catalog; opening it again needs no ``partitions``
+        (a different P is :class:`~hopmem.errors.IncompatibleStore`).
+        ``partitions=1`` (or none, for a name not recorded as partitioned) is a
+        plain collection. Names ending in ``#part-N-of-M`` are reserved for parts.
+        """
+        _check_name(name)
         self._check_open()
+        want = None if partitions is None else _check_partitions(name, partitions)
         coll = self._collections.get(name)
-        if coll is None or config:
+        if coll is not None and not config and want in (None, _partitions_of(coll)):
+            return coll
+        recorded = int(self._dd.transport.catalog("partitions_of", self.name, name))
+        if want is None:
+            want = recorded
+        if recorded > 1 and want != recorded:
+            raise IncompatibleStore(
+                f"collection {name!r} of {self.path} has {recorded} partitions, opened with "
+                f"partitions={want}")
+        if want == 1:
             summary = self._db_call(self.shard_of(name), "collection", name, **config)
             if coll is None:
                 coll = self._collections[name] = ClusterCollection(self, name, summary["config"])
+            return coll
+        if recorded == 1:
+            if self._db_call(self.shard_of(name), "has_collection", name):
+                raise IncompatibleStore(
+                    f"collection {name!r} of {self.path} exists with one partition, opened with "
+                    f"partitions={want}")
+            # Recorded before the parts are made: a failure midway leaves a record whose
+            # missing parts the next collection(name) call creates.
+            recorded = int(self._dd.transport.catalog("add_partitioned", self.name, name, want))
+            if recorded != want:
+                raise IncompatibleStore(
+                    f"collection {name!r} of {self.path} has {recorded} partitions, opened with "
+                    f"partitions={want}")
+        parts = []
+        for p in range(want):
+            part, shard = part_name(name, p, want), self._part_shard(name, p)
+            summary = self._db_call(shard, "collection", part, **config)
+            parts.append(ClusterCollection(self, part, summary["config"], shard=shard))
+        if coll is None:
+            coll = self._collections[name] = ClusterPartitionedCollection(self, name, parts)
         return coll
 
-    def get_collection(self, name: str) -> ClusterCollection:
-        """The existing collection ``name``; :class:`~hopmem.errors.NotFound` if missing."""
-        check_collection_name(name)
+    def _part_shard(self, name: str, partition: int) -> int:
+        return (self.shard_of(name) + partition) % self.shards
+
+    def partitions_of(self, name: str) -> int:
+        """P of collection ``name`` as the catalog records it (1: not partitioned)."""
+        return int(self._dd.transport.catalog("partitions_of", self.name, _check_name(name)))
+
+    def get_collection(self, name: str) -> ClusterCollection | ClusterPartitionedCollection:
+        """The existing collection ``name``; :class:`~hopmem.errors.NotFound` if missing.
+
+        A partitioned one comes back as a :class:`ClusterPartitionedCollection`.
+        """
+        _check_name(name)
         self._check_open()
         coll = self._collections.get(name)
-        if coll is None:
+        if coll is not None:
+            return coll
+        P = self.partitions_of(name)
+        if P == 1:
             summary = self._db_call(self.shard_of(name), "get_collection", name)
             coll = self._collections[name] = ClusterCollection(self, name, summary["config"])
+            return coll
+        parts = []
+        for p in range(P):
+            part, shard = part_name(name, p, P), self._part_shard(name, p)
+            try:
+                summary = self._db_call(shard, "get_collection", part)
+            except NotFound:
+                raise NotFound(
+                    f"collection {name!r} of {self.path}: partition {p} of {P} is missing (its "
+                    f"creation was interrupted; collection({name!r}) completes it)") from None
+            parts.append(ClusterCollection(self, part, summary["config"], shard=shard))
+        coll = self._collections[name] = ClusterPartitionedCollection(self, name, parts)
         return coll
 
     def has_collection(self, name: str) -> bool:
-        check_collection_name(name)
+        _check_name(name)
+        if self.partitions_of(name) > 1:
+            return True
         return bool(self._db_call(self.shard_of(name), "has_collection", name))
 
     __contains__ = has_collection
 
     def collections(self) -> list[str]:
-        """Names of the collections of every shard, sorted."""
-        return sorted(n for names in self._every_shard("collections") for n in names)
+        """Names of the collections of every shard, sorted (a partitioned one once, by its name)."""
+        names = {n for names in self._every_shard("collections") for n in names
+                 if not PART_SUFFIX.search(n)}
+        names.update(self._dd.transport.catalog("partitioned", self.name))
+        return sorted(names)
 
     def drop_collection(self, name: str) -> bool:
-        """Delete a collection and everything in it; False if it did not exist."""
-        check_collection_name(name)
-        dropped = bool(self._db_call(self.shard_of(name), "drop_collection", name))
+        """Delete a collection and everything in it (every part of a partitioned one); False
+        if it did not exist."""
+        _check_name(name)
+        self._check_open()
         coll = self._collections.pop(name, None)
         if coll is not None:
             coll.mark_dropped()
-        return dropped
+        P = self.partitions_of(name)
+        if P == 1:
+            return bool(self._db_call(self.shard_of(name), "drop_collection", name))
+        # The parts first, then the record: a failure midway leaves a record that
+        # get_collection reports as incomplete and a later drop finishes.
+        for p in range(P):
+            self._db_call(self._part_shard(name, p), "drop_collection", part_name(name, p, P))
+        self._dd.transport.catalog("drop_partitioned", self.name, name)
+        return True
+
+    def partition_executor(self) -> ThreadPoolExecutor:
+        """The threads that run a partitioned collection's calls to its parts in parallel."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(_PARTITION_THREADS,
+                                                thread_name_prefix="hopmem-partitions")
+        return self._executor
 
     def agent_memory(self, namespace: str, *, encoder: Any, **options: Any) -> ClusterAgentMemory:
         """The agent memory of ``namespace`` (:class:`hopmem.agent.AgentMemory`), run on the
@@ -429,6 +557,9 @@ class ClusterDatabase:
         for coll in self._collections.values():
             coll.mark_closed()
         self._collections.clear()
+        if self._executor is not None:
+            executor, self._executor = self._executor, None
+            executor.shutdown(wait=False)
 
     def __enter__(self) -> ClusterDatabase:
         return self
@@ -452,8 +583,9 @@ class _RemoteDocuments:
     def page(self, offset: int, limit: int, vectors: bool) -> list[Document]:
         return self._c.call("documents.list", offset, limit, vectors=vectors)
 
-    def delete(self, doc_id: int) -> bool:
-        return bool(self._c.call("documents.delete", doc_id))
+    def delete(self, doc_id: int, write_id: str | None) -> bool:
+        options, retry = self._c.write_options("documents.delete", write_id)
+        return bool(self._c.call("documents.delete", doc_id, _retry=retry, **options))
 
     def count(self) -> int:
         return int(self._c.call("documents.count"))
@@ -477,10 +609,11 @@ def _resolve_limit(where: str, limit: int, default: int, deprecated: dict[str, A
 class ClusterCollection:
     """One collection on its shard host: the :class:`hopmem.store.Collection` API."""
 
-    def __init__(self, database: ClusterDatabase, name: str, config: MemoryConfig) -> None:
+    def __init__(self, database: ClusterDatabase, name: str, config: MemoryConfig, *,
+                 shard: int | None = None) -> None:
         self._db = database
         self._name = name
-        self._shard = database.shard_of(name)
+        self._shard = database.shard_of(name) if shard is None else shard
         self._config = config
         self._state: str | None = None
         self._text: Any = None
@@ -515,6 +648,11 @@ class ClusterCollection:
     @property
     def backend(self) -> str:
         return str(self.call("get:backend"))
+
+    @property
+    def next_doc_id(self) -> int:
+        """The id the next document will get (as :attr:`hopmem.store.Collection.next_doc_id`)."""
+        return int(self.call("get:next_doc_id"))
 
     def __repr__(self) -> str:
         return (f"ClusterCollection({self._name!r}, dim={self.dim}, database={self._db.name!r}, "
@@ -590,8 +728,9 @@ class ClusterCollection:
 
     # -- writes -------------------------------------------------------------------------------------
 
-    def _write_options(self, method: str, write_id: str | None) -> tuple[dict[str, Any], bool]:
-        """The keywords and retry rule of a mutation: with a write id it may be retried."""
+    def write_options(self, method: str, write_id: str | None) -> tuple[dict[str, Any], bool]:
+        """The keywords and retry rule of a mutation: with a write id it may be retried
+        (one is made up when none is given and the hosts' store records them)."""
         if write_id is None and self._db.datadir.supports_write_ids(method):
             write_id = uuid.uuid4().hex
         if write_id is None:
@@ -605,12 +744,12 @@ class ClusterCollection:
         ``write_id`` (when the store records them) makes a retry after an
         ambiguous failure apply once; the client gives one when none is passed.
         """
-        options, retry = self._write_options("write", write_id)
+        options, retry = self.write_options("write", write_id)
         return self.call("write", vectors, metadata, _retry=retry, **options)
 
     def compress(self, max_locations: int | None = None, *, write_id: str | None = None) -> Any:
         """As :meth:`hopmem.store.Collection.compress`; retried safely with write ids, as ``write``."""
-        options, retry = self._write_options("compress", write_id)
+        options, retry = self.write_options("compress", write_id)
         return self.call("compress", max_locations, _retry=retry, **options)
 
     def checkpoint(self) -> None:
@@ -654,8 +793,12 @@ class ClusterCollection:
             self._text = TextCollection(self, encoder)
         return self._text
 
-    def remember(self, texts: Any, metadata: Any = None) -> list[int]:
-        return list(self._text_collection().remember(texts, metadata))
+    def remember(self, texts: Any, metadata: Any = None, *,
+                 write_id: str | None = None) -> list[int]:
+        """As :meth:`hopmem.store.Collection.remember`: encoded here, written on the host with
+        a write id (made up when none is given), so the write is retried safely."""
+        options, _ = self.write_options("write", write_id)
+        return list(self._text_collection().remember(texts, metadata, **options))
 
     def recall(self, text: str, limit: int = 5, **options: Any) -> RecallResult:
         options = dict(options)
@@ -693,6 +836,64 @@ class ClusterCollection:
         return self.call("export", path, **options)
 
 
+class ClusterPartitionedCollection(PartitionedCollection):
+    """A partitioned collection of a cluster database: a
+    :class:`~hopmem.cluster.partitions.PartitionedCollection` over P
+    :class:`ClusterCollection` parts (on different shards), called in parallel.
+
+    Writes, exact ``resolve``, documents and ``stats`` answer as one collection
+    holding the same documents would; memory reads (``read``, ``analyze``,
+    ``attention``, ``recall``, ...) and the text layer's slots (``centering``,
+    ``gate``) raise :class:`~hopmem.errors.NotSupported`.
+    """
+
+    def __init__(self, database: ClusterDatabase, name: str,
+                 parts: Sequence[ClusterCollection]) -> None:
+        super().__init__(name, parts, executor=database.partition_executor())
+        self._db = database
+        self._cluster_parts = tuple(parts)
+
+    @property
+    def database(self) -> ClusterDatabase:
+        return self._db
+
+    @property
+    def config(self) -> MemoryConfig:
+        """The parts' configuration (they are made with the same one)."""
+        return self._cluster_parts[0].config
+
+    @property
+    def shards(self) -> list[int]:
+        """The shard of each partition."""
+        return [part.shard for part in self._cluster_parts]
+
+    @property
+    def centering(self) -> Any:
+        """Refused: the text layer (remember, recall) needs one memory."""
+        self._refuse("centering (remember, recall)")
+
+    @property
+    def gate(self) -> Any:
+        """Refused: the text layer (remember, recall) needs one memory."""
+        self._refuse("gate (recall, calibrate)")
+
+    def mark_dropped(self) -> None:
+        for part in self._cluster_parts:
+            part.mark_dropped()
+
+    def mark_closed(self) -> None:
+        for part in self._cluster_parts:
+            part.mark_closed()
+
+    def __repr__(self) -> str:
+        return (f"ClusterPartitionedCollection({self.name!r}, dim={self.dim}, "
+                f"database={self._db.name!r}, partitions={self.partitions})")
+
+
+def _partitions_of(coll: ClusterCollection | ClusterPartitionedCollection) -> int:
+    return coll.partitions if isinstance(coll, ClusterPartitionedCollection) else 1
+
+
 #: AgentMemory methods that change nothing durable: retried while a host restarts.
 _AGENT_READS = frozenset({"recall", "rank", "get", "entries", "variants", "stats", "now",
                           "gate_statistics", "gates", "band_gates", "verdict_models"})
@@ -704,8 +905,11 @@ class ClusterAgentMemory:
 
     Attributes that are not methods are read from the host at each access.
     Reads (``recall``, ``get``, ``stats``, ...) are retried while a host
-    restarts; a write interrupted by a host failure is not (its outcome is
-    unknown). A restarted host gets the memory opened again first.
+    restarts, and so is ``remember``: it carries a write id (made up when none
+    is given; AgentMemory records it with the entry), so a retry is applied
+    once. Other writes (``forget``, ``feedback``, ...) interrupted by a host
+    failure are not retried (their outcome is unknown). A restarted host gets
+    the memory opened again first.
     """
 
     def __init__(self, database: ClusterDatabase, namespace: str, encoder: Any,
@@ -731,11 +935,16 @@ class ClusterAgentMemory:
                                                     self._encoder, self._options), True)
 
     def _call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        retry = method.startswith("get:") or method in _AGENT_READS
+        if method == "remember":
+            kwargs = {k: v for k, v in kwargs.items() if k != "write_id" or v is not None}
+            if "write_id" not in kwargs and self._db.datadir.supports_write_ids("agent.remember"):
+                kwargs["write_id"] = uuid.uuid4().hex
+            retry = "write_id" in kwargs
         for attempt in (0, 1):
             try:
                 return self._db.invoke(self._shard, "agent_call", (
-                    self._db.name, self._shard, self._namespace, method, args, kwargs),
-                    method.startswith("get:") or method in _AGENT_READS)
+                    self._db.name, self._shard, self._namespace, method, args, kwargs), retry)
             except NotOpen:
                 if attempt:
                     raise

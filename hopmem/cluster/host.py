@@ -47,7 +47,7 @@ COLLECTION_METHODS = frozenset({
 #: Collection attributes a client may read (``get:NAME``); ``centering`` and ``gate`` may be set.
 COLLECTION_ATTRIBUTES = frozenset({
     "seq", "ids", "addresses", "counters", "weights", "patterns", "centering", "gate",
-    "backend", "config", "dim",
+    "backend", "config", "dim", "next_doc_id",
 })
 SETTABLE = frozenset({"centering", "gate"})
 #: Database methods a client may call.
@@ -95,10 +95,18 @@ class ShardHost:
         return os.getpid()
 
     def supports_write_ids(self, method: str = "write") -> bool:
-        """Whether the store's ``Collection.<method>`` takes ``write_id=`` (a retry applied once)."""
+        """Whether the store's ``Collection.<method>`` (``documents.<method>``: ``Documents``';
+        ``agent.<method>``: ``AgentMemory``') takes ``write_id=`` (a retry applied once)."""
         if method not in self._write_ids:
             from ..store import Collection
-            fn = getattr(Collection, method, None)
+            from ..store.documents import Documents
+            if method.startswith("agent."):
+                from ..agent import AgentMemory
+                fn = getattr(AgentMemory, method[6:], None)
+            elif method.startswith("documents."):
+                fn = getattr(Documents, method[10:], None)
+            else:
+                fn = getattr(Collection, method, None)
             self._write_ids[method] = fn is not None and \
                 "write_id" in inspect.signature(fn).parameters
         return self._write_ids[method]
@@ -242,7 +250,7 @@ class ShardHost:
             if method not in COLLECTION_METHODS:
                 raise InvalidInput(f"method: expected one of {sorted(COLLECTION_METHODS)}, got "
                                    f"{method!r}")
-            if method in ("write", "compress") and "write_id" in kwargs:
+            if method in ("write", "compress", "documents.delete") and "write_id" in kwargs:
                 if kwargs["write_id"] is None:
                     del kwargs["write_id"]
                 elif not self.supports_write_ids(method):

@@ -58,9 +58,10 @@ def le_blob(a: np.ndarray, dtype: str) -> bytes | memoryview:
 
     A view of ``a`` itself when it already is exactly that (the usual case: a
     batch's ~150 KB or a checkpoint's megabytes are not copied here; SQLite
-    copies a bound blob), bytes otherwise.
+    copies a bound blob), bytes otherwise (an empty array too: a memoryview
+    with a zero in its shape cannot be cast).
     """
-    if a.dtype == np.dtype(dtype) and a.flags.c_contiguous:
+    if a.dtype == np.dtype(dtype) and a.flags.c_contiguous and a.size:
         return a.data.cast("B")  # a.data is memoryview(a)
     return np.ascontiguousarray(a, dtype=dtype).tobytes()
 
