@@ -2,8 +2,8 @@
 
 Usage::
 
-    python -m benchmarks.locomo.run DATA_DIR [--encoder minilm|onnx|onnx-int8|e5|e5-passage|e5-split|hashing] [--limit 5]
-        [--json out.json] [--conversations 26 30] [--cache DIR] [--verdict fit.json]
+    python -m benchmarks.locomo.run DATA_DIR [--encoder minilm|onnx|onnx-int8|e5|e5-passage|e5-split|hashing]
+        [--limit 5] [--json out.json] [--conversations 26 30] [--cache DIR] [--verdict fit.json]
 
 ``DATA_DIR`` is the LoCoMo data folder (one ``*.json`` per conversation, as in
 the LoCoMo release; see :mod:`benchmarks.locomo.data` for the protocol). Per
