@@ -165,6 +165,11 @@ def test_http_server_serves_a_partitioned_collection(ray_cluster, tmp_path):
             assert c.get(f"{base}/stats").json()["documents"] == 4
             assert c.get(f"{base}/config").json()["config"]["dim"] == D
             assert c.get(f"/db/{name}/collections").json()["collections"] == ["docs"]
+            r = c.post(f"/db/{name}/collections", json={"name": "wide", "partitions": 3})
+            assert r.status_code == 200 and r.json() == {"name": "wide", "created": True}
+            assert db.partitions_of("wide") == 3
+            r = c.post(f"/db/{name}/collections", json={"name": "bad", "partitions": 0})
+            assert r.status_code == 400 and "partitions: expected an integer >= 1, got 0" in r.json()["error"]
             for route in ("read", "analyze", "attention"):
                 r = c.post(f"{base}/{route}", json={"query": np.eye(D)[0].tolist()})
                 assert r.status_code == 400, (route, r.text)

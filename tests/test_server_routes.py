@@ -166,6 +166,22 @@ def test_collections_create_list_drop(client, prefix):
     error_of(client.get(f"{prefix}/collections/a/stats"), 404)
 
 
+@pytest.mark.parametrize("partitions", [0, -1, 2.0, "2", True])
+def test_bad_partitions_are_400(client, partitions):
+    error = error_of(client.post("/collections", json={"name": "p", "partitions": partitions}), 400)
+    assert error.startswith("partitions: expected an integer >= 1")
+
+
+def test_partitions_one_is_a_plain_collection_and_more_need_a_cluster(client):
+    assert client.post("/collections", json={"name": "p", "partitions": 1}).json() == {
+        "name": "p", "created": True}
+    r = client.post("/collections", json={"name": "q", "partitions": 2})
+    if client.app.state.hopmem.datadir.__class__.__name__ == "DataDir":
+        assert "partitions: expected 1 on a single-node server" in error_of(r, 400)
+    else:
+        assert r.json() == {"name": "q", "created": True}
+
+
 @pytest.mark.parametrize("name", ["", " x", "x ", ".", "..", "a\x01b", "c" * 129, 5, None])
 def test_bad_collection_names_in_body_are_400(client, name):
     assert "name" in error_of(client.post("/collections", json={"name": name}), 400)

@@ -26,7 +26,7 @@ __all__ = [
     "Limits", "DB_NAME", "check_db_name", "check_collection_name", "parse_body",
     "field", "vector", "vectors", "metadata_list", "strategy", "optional_int",
     "optional_number", "query_int", "query_bool", "document_id", "STRATEGIES",
-    "DOCUMENT_MODES", "text", "texts",
+    "DOCUMENT_MODES", "text", "texts", "partitions",
 ]
 
 STRATEGIES = ("iterative", "fast")
@@ -78,6 +78,16 @@ def check_collection_name(name: Any) -> str:
         return _valid_collection_name(name) if type(name) is str else _store_check(name)
     except ValueError as exc:  # InvalidInput
         raise bad(str(exc)) from None
+
+
+def partitions(body: Any) -> int | None:
+    """The optional ``partitions`` of a new collection: None for absent or 1 (a plain collection)."""
+    value = body.get("partitions") if isinstance(body, dict) else None
+    if value is None:
+        return None
+    if type(value) is not int or value < 1:
+        raise bad(f"partitions: expected an integer >= 1, got {value!r}")
+    return None if value == 1 else value
 
 
 @functools.lru_cache(maxsize=4096)

@@ -137,7 +137,10 @@ def _operations(limits: Limits) -> dict[str, dict[str, Any]]:
         "create_collection": {
             "summary": "Create a collection (no-op if it exists)",
             "request": _obj(["name"], {"name": {"type": "string", "minLength": 1,
-                                                "maxLength": MAX_COLLECTION_NAME}}),
+                                                "maxLength": MAX_COLLECTION_NAME},
+                                       "partitions": {"type": "integer", "minimum": 1,
+                                                      "description": "P > 1 spreads the collection "
+                                                      "over P parts (hopmem serve --ray only)"}}),
             "response": _obj(["name", "created"], {"name": {"type": "string"},
                                                    "created": {"type": "boolean"}}),
         },

@@ -330,11 +330,18 @@ class Handlers:
     async def create_collection(self, ctx: Ctx) -> Any:
         body = await self.body(ctx)
         name = m.check_collection_name(m.field(body, "name"))
+        partitions = m.partitions(body)
         state = self.state
         handle = await self.database(ctx)
+        create = handle.db.collection
+        if partitions is not None:
+            if not hasattr(handle.db, "partitions_of"):
+                raise m.bad(f"partitions: expected 1 on a single-node server (partitioned "
+                            f"collections need hopmem serve --ray), got {partitions}")
+            create = functools.partial(handle.db.collection, partitions=partitions)
         async with state.open_lock:
             existing = name in handle.collections or name in await state.run(handle.db.collections)
-            coll = await state.run_to_end(handle.db.collection, name)
+            coll = await state.run_to_end(create, name)
             handle.collections[name] = coll
         return {"name": name, "created": not existing}
 
