@@ -63,15 +63,15 @@ import numpy as np  # noqa: E402
 LABELS = ("torch", "onnx", "onnx-int8")
 
 
-def make(label: str) -> Any:
+def make(label: str, threads: int = 1) -> Any:
     from hopmem.encoders import OnnxEncoder, SentenceTransformerEncoder
 
     if label == "torch":
-        return SentenceTransformerEncoder(num_threads=1)
+        return SentenceTransformerEncoder(num_threads=threads)
     if label == "onnx":
-        return OnnxEncoder(num_threads=1)
+        return OnnxEncoder(num_threads=threads)
     if label == "onnx-int8":
-        return OnnxEncoder(quantize="int8", num_threads=1)
+        return OnnxEncoder(quantize="int8", num_threads=threads)
     raise SystemExit(f"--encoders: expected some of {', '.join(LABELS)}, got {label!r}")
 
 
@@ -182,9 +182,9 @@ def open_new(encoder: Any, tmp: Path, runs: int) -> list[float]:
 
 
 def measure(label: str, conversations: list[list[dict[str, Any]]], questions: list[str], runs: int,
-            entries: int, reference: np.ndarray | None) -> tuple[dict[str, Any], np.ndarray]:
+            entries: int, reference: np.ndarray | None, threads: int = 1) -> tuple[dict[str, Any], np.ndarray]:
     t0 = time.perf_counter()
-    encoder = make(label)
+    encoder = make(label, threads)
     construct = time.perf_counter() - t0
     texts = [item["text"] for items in conversations for item in items]
     vectors = encoder.encode(texts)
@@ -214,10 +214,10 @@ def measure(label: str, conversations: list[list[dict[str, Any]]], questions: li
     return out, vectors
 
 
-def encode_only(labels: list[str], questions: list[str], runs: int) -> dict[str, Any]:
+def encode_only(labels: list[str], questions: list[str], runs: int, threads: int = 1) -> dict[str, Any]:
     """Single-query encode p50 per encoder, the encoders taking turns within each run (so a change in the
     machine's load falls on all of them alike): the quick comparison."""
-    encoders = {label: make(label) for label in labels}
+    encoders = {label: make(label, threads) for label in labels}
     for encoder in encoders.values():
         for q in questions[:20]:
             encoder.encode([q])
@@ -231,8 +231,8 @@ def encode_only(labels: list[str], questions: list[str], runs: int) -> dict[str,
 
 def table(results: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
     lines = [f"{meta['data']}: {meta['turns']} turns, {meta['questions']} questions; recall at "
-             f"{meta['entries']} entries; medians of {meta['runs']} runs; one thread each", "",
-             "Each time is wall (CPU of the process): on a busy machine the CPU time of these one-thread runs "
+             f"{meta['entries']} entries; medians of {meta['runs']} runs; {meta['threads']} encoder thread(s) each",
+             "", "Each time is wall (CPU of the process): on a busy machine the CPU time of one-thread runs "
              "is closer to what an idle machine's wall time would be.", "",
              "| encoder | encode p50 ms | ingest turns/s | recall p50 ms (encoder incl.) | open new s | "
              "construct s | min / mean cosine vs torch |", "|---|---|---|---|---|---|---|"]
@@ -251,6 +251,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("data", nargs="?", metavar="LOCOMO_DIR", help="LoCoMo data folder (default: bundled texts)")
     parser.add_argument("--encoders", nargs="+", default=list(LABELS), choices=LABELS)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="intra-op threads of every encoder (default 1, the like-for-like comparison; "
+                             "the library's default is up to 2)")
     parser.add_argument("--entries", type=int, default=10000, help="entries in the recall memory (default 10000)")
     parser.add_argument("--quick", action="store_true", help="one run, 2,000 entries (a smoke test)")
     parser.add_argument("--encode-only", action="store_true",
@@ -261,10 +264,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     runs, entries = (1, 2000) if args.quick else (args.runs, args.entries)
     conversations, questions, description = load_data(args.data)
     meta = {"data": description, "turns": sum(len(c) for c in conversations), "questions": len(questions),
-            "entries": entries, "runs": runs, "machine": platform.platform(), "cpus": os.cpu_count(),
+            "entries": entries, "runs": runs, "threads": args.threads, "machine": platform.platform(), "cpus": os.cpu_count(),
             "load_average": os.getloadavg()}
     if args.encode_only:
-        quick = encode_only(list(args.encoders), questions, runs)
+        quick = encode_only(list(args.encoders), questions, runs, args.threads)
         print(f"{description}: single-query encode p50 ms, median of {runs} runs (encoders taking turns), "
               f"load average {os.getloadavg()[0]:.1f}")
         for label, r in quick.items():
@@ -274,7 +277,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     reference = None
     for label in sorted(args.encoders, key=lambda name: name != "torch"):  # torch first: the reference
         print(f"measuring {label} ...", file=sys.stderr, flush=True)
-        results[label], vectors = measure(label, conversations, questions, runs, entries, reference)
+        results[label], vectors = measure(label, conversations, questions, runs, entries, reference, args.threads)
         if label == "torch":
             reference = vectors
     meta["load_average_after"] = os.getloadavg()
