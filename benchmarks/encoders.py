@@ -264,7 +264,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     runs, entries = (1, 2000) if args.quick else (args.runs, args.entries)
     conversations, questions, description = load_data(args.data)
     meta = {"data": description, "turns": sum(len(c) for c in conversations), "questions": len(questions),
-            "entries": entries, "runs": runs, "threads": args.threads, "machine": platform.platform(), "cpus": os.cpu_count(),
+            "entries": entries, "runs": runs, "threads": args.threads, "machine": platform.platform(),
+            "cpus": os.cpu_count(),
             "load_average": os.getloadavg()}
     if args.encode_only:
         quick = encode_only(list(args.encoders), questions, runs, args.threads)
