@@ -24,6 +24,7 @@ import inspect
 import logging
 import os
 import shutil
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -309,9 +310,6 @@ class ShardHost:
         (a path under this host's root) and close it. Returns the backup's size in bytes."""
         key = (database, shard)
         self._database(database, shard)  # NotHere if this host does not hold it
-        if os.path.exists(agent_file(self.root, database, shard)):
-            raise StoreError(f"shard {shard} of {database!r} holds agent memories, which a move "
-                             f"does not carry yet: it stays on host {self.host_id}")
         with self._cond:
             self._frozen.add(key)
             while self._inflight.get(key):
@@ -330,6 +328,43 @@ class ShardHost:
             self.thaw(database, shard)
             raise
 
+    def freeze_agents(self, database: str, shard: int, backup_path: str) -> int:
+        """After :meth:`freeze`: close the shard's agent memories and back up their file to
+        ``backup_path`` (SQLite's online backup). Returns its size, or -1 when there is none."""
+        if (database, shard) not in self._frozen:
+            raise StoreError(f"shard {shard} of {database!r} must be frozen before its agent file is copied")
+        source = agent_file(self.root, database, shard)
+        if not os.path.exists(source):
+            return -1
+        self._close_agents(database, shard)
+        target = self._inside(backup_path)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(target)
+        src = sqlite3.connect(source)
+        try:
+            dst = sqlite3.connect(target)
+            try:
+                src.backup(dst)
+            finally:
+                dst.close()
+        finally:
+            src.close()
+        return os.path.getsize(target)
+
+    def adopt_agents(self, database: str, shard: int, relative: str) -> None:
+        """Install a transferred agent file as this host's agent file of the shard."""
+        source = self._inside(relative)
+        path = agent_file(self.root, database, shard)
+        with self._cond:
+            if os.path.exists(path):
+                raise StoreError(f"host {self.host_id} already holds agent memories of shard {shard} "
+                                 f"of {database!r}")
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(source, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(source, path)
+
     def thaw(self, database: str, shard: int) -> None:
         """Serve a frozen shard again (its move failed)."""
         with self._cond:
@@ -340,8 +375,12 @@ class ShardHost:
         with self._cond:
             self._frozen.discard((database, shard))
             self._open.pop((database, shard), None)
-            with contextlib.suppress(OSError):
-                os.remove(os.path.join(self.root, backup_path))
+            for leftover in (backup_path, backup_path + ".agents"):
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(self.root, leftover))
+            agents = agent_file(self.root, database, shard)
+            if os.path.exists(agents):
+                self._trash(agents, f"{database}-{shard:04d}-agents")
             return self._trash(shard_file(self.root, database, shard), f"{database}-{shard:04d}")
 
     def read_chunk(self, relative: str, offset: int, size: int = _CHUNK) -> bytes:
