@@ -23,7 +23,6 @@ import contextlib
 import inspect
 import logging
 import os
-import shutil
 import sqlite3
 import threading
 import time
@@ -32,6 +31,7 @@ from typing import Any
 
 from ..errors import InvalidInput, StoreError
 from ..store import Database
+from ..store.datadir import purge_trash_folder
 from ..store.names import check_collection_name, check_database_name
 from .wire import NotHere, NotOpen
 
@@ -167,17 +167,7 @@ class ShardHost:
         return True
 
     def purge_trash(self, older_than: float) -> int:
-        trash = os.path.join(self.root, ".trash")
-        if not os.path.isdir(trash):
-            return 0
-        removed = 0
-        cutoff = time.time() - older_than
-        for entry in os.listdir(trash):
-            full = os.path.join(trash, entry)
-            if os.path.getmtime(full) <= cutoff:
-                shutil.rmtree(full, ignore_errors=True)
-                removed += 1
-        return removed
+        return purge_trash_folder(os.path.join(self.root, ".trash"), older_than)
 
     def close(self) -> None:
         """Checkpoint and close every open shard (a clean stop; reopening replays nothing)."""

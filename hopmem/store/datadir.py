@@ -18,7 +18,7 @@ from .database import Database
 from .dbfile import try_lock
 from .names import DATABASE_NAME, check_database_name
 
-__all__ = ["DataDir", "SUFFIX"]
+__all__ = ["DataDir", "SUFFIX", "purge_trash_folder"]
 
 SUFFIX = ".hopmem"
 _SIDE_FILES = ("", "-wal", "-shm", ".lock")
@@ -138,17 +138,7 @@ class DataDir:
 
     def purge_trash(self, older_than: float = 7 * 86400.0) -> int:
         """Delete dropped databases moved aside more than ``older_than`` seconds ago."""
-        trash = os.path.join(self.root, ".trash")
-        if not os.path.isdir(trash):
-            return 0
-        removed = 0
-        cutoff = time.time() - older_than
-        for entry in os.listdir(trash):
-            full = os.path.join(trash, entry)
-            if os.path.getmtime(full) <= cutoff:
-                shutil.rmtree(full, ignore_errors=True)
-                removed += 1
-        return removed
+        return purge_trash_folder(os.path.join(self.root, ".trash"), older_than)
 
     def close(self) -> None:
         """Close every database opened here."""
@@ -165,3 +155,20 @@ class DataDir:
 
     def __repr__(self) -> str:
         return f"DataDir({self.root!r})"
+
+
+def purge_trash_folder(trash: str, older_than: float) -> int:
+    """Delete the entries of the folder ``trash`` last changed more than ``older_than`` seconds ago.
+
+    Returns how many were deleted (0 when the folder does not exist).
+    """
+    if not os.path.isdir(trash):
+        return 0
+    removed = 0
+    cutoff = time.time() - older_than
+    for entry in os.listdir(trash):
+        full = os.path.join(trash, entry)
+        if os.path.getmtime(full) <= cutoff:
+            shutil.rmtree(full, ignore_errors=True)
+            removed += 1
+    return removed
