@@ -29,7 +29,6 @@ figures and one per HTTP run (inside the server).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import shutil
@@ -68,32 +67,6 @@ def median_of(runs: list[dict[str, float]]) -> dict[str, float]:
 # -- HTTP ------------------------------------------------------------------------------------------
 
 
-def _multi_path_phase(host: str, port: int, requests: list[bytes], clients: int,
-                      max_requests: int, max_seconds: float) -> dict[str, float]:
-    """http_load's raw client with one request (and so one path) per client."""
-    phase = http_load._RawPhase(requests, clients, max_requests)
-
-    async def run() -> float:
-        loop = asyncio.get_running_loop()
-        conns = []
-        for i in range(clients):
-            done = loop.create_future()
-            _, conn = await loop.create_connection(
-                lambda i=i, done=done: http_load._RawConnection(phase, i, done), host, port)
-            conns.append(conn)
-        t0 = time.perf_counter()
-        phase.deadline = t0 + max_seconds
-        for conn in conns:
-            conn.send()
-        await asyncio.gather(*(conn.done for conn in conns))
-        return time.perf_counter() - t0
-
-    elapsed = asyncio.run(run())
-    if phase.errors:
-        raise SystemExit(f"request failed: {phase.errors[0]}")
-    return http_load._summary(clients, phase.latencies, elapsed)
-
-
 def http_run(ray: bool, args: argparse.Namespace) -> dict[str, float]:
     d = args.dim
     tmp = tempfile.mkdtemp(prefix="hopmem-bench-")
@@ -121,11 +94,11 @@ def http_run(ray: bool, args: argparse.Namespace) -> dict[str, float]:
         many = http_load.run_phase_raw(host, port, None, "POST", "/collections/bench/read", bodies,
                                        16, args.requests * 4, args.duration)
         W = clustered(16, d, 2)
-        writes = [http_load._request_bytes(
+        writes = [http_load.request_bytes(
             "POST", f"/collections/w{i}/write", host, port,
             json.dumps({"vectors": [W[i].tolist()], "metadata": [{"i": i}]}).encode(), None)
             for i in range(16)]
-        wr = _multi_path_phase(host, port, writes, 16, args.requests * 2, args.duration)
+        wr = http_load.run_requests_raw(host, port, writes, 16, args.requests * 2, args.duration, "writes")
         return {"read_p50_ms_1_client": one["p50_ms"], "reads_per_s_16_clients": many["rps"],
                 "durable_writes_per_s_16_clients": wr["rps"], "write_p50_ms_16_clients": wr["p50_ms"]}
     finally:

@@ -196,7 +196,7 @@ def engine_baseline(stored: np.ndarray, queries: np.ndarray, strategy: str,
             "p99_ms": 1e3 * times[min(len(times) - 1, int(len(times) * 0.99))]}
 
 
-def _request_bytes(method: str, path: str, host: str, port: int, body: bytes,
+def request_bytes(method: str, path: str, host: str, port: int, body: bytes,
                    token: str | None) -> bytes:
     head = (f"{method} {path} HTTP/1.1\r\nHost: {host}:{port}\r\n"
             f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n")
@@ -304,10 +304,17 @@ def run_phase_raw(host: str, port: int, token: str | None, method: str, path: st
     The client spends tens of microseconds per request instead of a few hundred, so
     more of the machine's cores are left to the server (they share the machine).
     """
+    requests = [request_bytes(method, path, host, port, b, token) for b in bodies]
+    return run_requests_raw(host, port, requests, clients, max_requests, max_seconds, f"{method} {path}")
+
+
+def run_requests_raw(host: str, port: int, requests: list[bytes], clients: int, max_requests: int,
+                     max_seconds: float, what: str = "requests") -> dict[str, float]:
+    """:func:`run_phase_raw`'s load on ready-made requests (:func:`request_bytes`), which may
+    differ in method and path; client ``i`` starts at request ``i``."""
     import asyncio
 
-    phase = _RawPhase([_request_bytes(method, path, host, port, b, token) for b in bodies],
-                      clients, max_requests)
+    phase = _RawPhase(requests, clients, max_requests)
 
     async def run() -> float:
         loop = asyncio.get_running_loop()
@@ -330,7 +337,7 @@ def run_phase_raw(host: str, port: int, token: str | None, method: str, path: st
     except ImportError:
         elapsed = asyncio.run(run())
     if phase.errors:
-        raise SystemExit(f"{method} {path}: {len(phase.errors)} failed request(s), first: "
+        raise SystemExit(f"{what}: {len(phase.errors)} failed request(s), first: "
                          f"{phase.errors[0]}")
     return _summary(clients, phase.latencies, elapsed)
 
