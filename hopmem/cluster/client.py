@@ -36,6 +36,7 @@ from ..config import MemoryConfig
 from ..errors import IncompatibleStore, InvalidInput, NotFound, StoreError
 from ..recall import RecallGate, RecallResult
 from ..store import EncoderInfo
+from ..store.datadir import open_or_create
 from ..store.documents import Document, DocumentHit, Documents
 from ..store.names import COLLECTION_NAME_MAX, check_collection_name, check_database_name
 from .partitions import PartitionedCollection
@@ -206,15 +207,8 @@ class ClusterDataDir:
     def open(self, name: str, dim: int | None = None, *, encoder: Any = None,
              **config: Any) -> ClusterDatabase:
         """Get database ``name``, creating it (with ``dim`` and ``config``) if missing."""
-        if self.exists(name):
-            db = self.get(name, encoder=encoder)
-            if dim is not None and dim != db.dim:
-                raise IncompatibleStore(
-                    f"database {name!r} was created with dim={db.dim}, opened with dim={dim}")
-            return db
-        if dim is None:
-            raise NotFound(f"database {name!r} not found (give dim to create it)")
-        return self.create(name, dim, encoder=encoder, **config)
+        db: ClusterDatabase = open_or_create(self, name, dim, encoder, config)
+        return db
 
     def drop(self, name: str) -> bool:
         """Drop database ``name`` (its shard files go to each host's trash); False if absent."""

@@ -18,7 +18,7 @@ from .database import Database
 from .dbfile import try_lock
 from .names import DATABASE_NAME, check_database_name
 
-__all__ = ["DataDir", "SUFFIX", "purge_trash_folder"]
+__all__ = ["DataDir", "SUFFIX", "open_or_create", "purge_trash_folder"]
 
 SUFFIX = ".hopmem"
 _SIDE_FILES = ("", "-wal", "-shm", ".lock")
@@ -97,15 +97,7 @@ class DataDir:
              **config: Any) -> Database:
         """Get database ``name``, creating it (with ``dim`` and ``config``) if missing."""
         with self._lock:
-            if self.exists(name):
-                db = self.get(name, encoder=encoder)
-                if dim is not None and dim != db.dim:
-                    raise IncompatibleStore(
-                        f"database {name!r} was created with dim={db.dim}, opened with dim={dim}")
-                return db
-            if dim is None:
-                raise NotFound(f"database {name!r} not found (give dim to create it)")
-            return self.create(name, dim, encoder=encoder, **config)
+            return open_or_create(self, name, dim, encoder, config)
 
     def drop(self, name: str) -> bool:
         """Move database ``name`` into the trash; False if it did not exist.
@@ -172,3 +164,19 @@ def purge_trash_folder(trash: str, older_than: float) -> int:
             shutil.rmtree(full, ignore_errors=True)
             removed += 1
     return removed
+
+
+def open_or_create(datadir: Any, name: str, dim: int | None, encoder: Any, config: dict[str, Any]) -> Any:
+    """``datadir.open``'s rule for any object with ``exists``, ``get`` and ``create``.
+
+    Gets database ``name`` (checking ``dim`` when given), or creates it with
+    ``dim`` and ``config`` when it is missing.
+    """
+    if datadir.exists(name):
+        db = datadir.get(name, encoder=encoder)
+        if dim is not None and dim != db.dim:
+            raise IncompatibleStore(f"database {name!r} was created with dim={db.dim}, opened with dim={dim}")
+        return db
+    if dim is None:
+        raise NotFound(f"database {name!r} not found (give dim to create it)")
+    return datadir.create(name, dim, encoder=encoder, **config)
