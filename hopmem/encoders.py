@@ -43,6 +43,7 @@ import numpy as np
 
 from hopmem._deprecation import warn_deprecated
 from hopmem.errors import HopmemError, InvalidInput
+from hopmem.threads import usable_cpus
 
 __all__ = [
     "LEGACY_MINILM_FINGERPRINTS",
@@ -673,12 +674,6 @@ class SentenceTransformerEncoder:
 ONNX_DEFAULT_THREADS = 2
 
 
-def _usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
 
 def _onnx_packages_missing() -> list[str]:
     return [package for package, module in (("onnxruntime", "onnxruntime"), ("tokenizers", "tokenizers"))
@@ -793,7 +788,7 @@ class OnnxEncoder:
             raise EncoderUnavailable(f"{path}: could not build an ONNX graph of this model ({exc!r})") from exc
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.intra_op_num_threads = (min(ONNX_DEFAULT_THREADS, _usable_cpus()) if num_threads is None
+        options.intra_op_num_threads = (min(ONNX_DEFAULT_THREADS, usable_cpus()) if num_threads is None
                                         else int(num_threads))
         options.inter_op_num_threads = 1
         # Idle worker threads spinning for work take a core from everything else on the machine.

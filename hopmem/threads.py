@@ -20,7 +20,7 @@ import os
 from . import _kernel
 from .errors import InvalidConfig, InvalidInput
 
-__all__ = ["set_threads", "get_threads", "default_threads", "MAX_THREADS", "MAX_DEFAULT"]
+__all__ = ["set_threads", "get_threads", "default_threads", "usable_cpus", "MAX_THREADS", "MAX_DEFAULT"]
 
 MAX_THREADS: int = _kernel.MAX_THREADS
 """The most threads a scan may use (the kernel's HM_MAX_THREADS)."""
@@ -29,7 +29,8 @@ MAX_DEFAULT = 4
 """The default never exceeds this: blocks of a few hundred rows gain little beyond it."""
 
 
-def _usable_cpus() -> int:
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one)."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
@@ -48,7 +49,7 @@ def default_threads() -> int:
             raise InvalidConfig(f"HOPMEM_THREADS: expected an integer from 1 to {MAX_THREADS}, "
                                 f"got {raw!r}")
         return n
-    return max(1, min(MAX_DEFAULT, _usable_cpus()))
+    return max(1, min(MAX_DEFAULT, usable_cpus()))
 
 
 def set_threads(n: int | None = None) -> int:
