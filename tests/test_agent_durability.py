@@ -156,3 +156,113 @@ def test_threads_sharing_one_controller_lose_and_double_nothing(tmp_path):
         assert sorted(texts) == sorted(writer.text(i) for t in range(4) for i in range(100 * t, 100 * t + 25))
     finally:
         mem.close()
+
+
+def _batch_items(n: int) -> list[dict]:
+    return [{"text": f"Turn {i}: the {('garden', 'invoice', 'violin')[i % 3]} note number {i * 13}",
+             "metadata": {"speaker": "Ana" if i % 2 else "Bo"}} for i in range(n)]
+
+
+def test_remember_many_commits_once_a_batch_and_announces_only_committed_entries(tmp_path):
+    from hopmem.agent import AgentMemory
+    from hopmem.agent.writes import WRITE_BATCH
+    from hopmem.encoders import HashingEncoder
+
+    path = tmp_path / "batch.db"
+    mem = AgentMemory.open(path, encoder=HashingEncoder(256), namespace="team")
+    commits: list[str] = []
+    mem._store.conn.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
+    reader = sqlite3.connect(path)  # another connection sees only what is committed
+    unseen: list[int] = []
+
+    def check(event) -> None:
+        if event.type == "remembered" and not reader.execute(
+                "SELECT 1 FROM entries WHERE id = ?", (event.data["id"],)).fetchone():
+            unseen.append(event.data["id"])
+
+    mem.events.subscribe(check)
+    items = _batch_items(WRITE_BATCH + 44)
+    stored = mem.remember_many(items, progress=False)
+    try:
+        assert len(stored) == len(items) and len(commits) == 2  # two batches, not one commit a turn
+        assert unseen == []  # every event came after its entry's commit
+        assert [e.text for e in mem.entries()] == [i["text"] for i in items]
+    finally:
+        reader.close()
+        mem.close()
+
+
+def test_a_write_failing_halfway_rolls_back_its_batch_and_the_rows_in_memory(tmp_path):
+    from hopmem.agent import AgentMemory
+    from hopmem.agent.writes import WRITE_BATCH
+    from hopmem.encoders import HashingEncoder
+
+    path = tmp_path / "halfway.db"
+    encoder = HashingEncoder(256)
+    mem = AgentMemory.open(path, encoder=encoder, namespace="team")
+    # a real SQLite failure after the entry row is written: the write id's row is refused
+    mem._store.conn.execute("CREATE TRIGGER refuse BEFORE INSERT ON write_ids WHEN NEW.write_id = 'boom' "
+                            "BEGIN SELECT RAISE(ABORT, 'refused by a trigger'); END")
+    items = _batch_items(WRITE_BATCH + 40)
+    items[WRITE_BATCH + 30]["write_id"] = "boom"
+    with pytest.raises(Exception, match="refused by a trigger"):
+        mem.remember_many(items, progress=False)
+    first_batch = [i["text"] for i in items[:WRITE_BATCH]]
+    assert [e.text for e in mem.entries()] == first_batch  # the second batch is gone from memory ...
+    hits = mem.rank("Turn 277: the invoice note number 3601")
+    assert hits and all(not h.text.startswith("Turn 277:") for h in hits)  # ... and from the indexes
+    mem.close()
+    with AgentMemory.open(path, encoder=encoder, namespace="team") as again:  # ... and from the file
+        assert [e.text for e in again.entries()] == first_batch
+
+
+def test_remember_many_refusing_an_item_keeps_the_batches_before_it(tmp_path):
+    from hopmem.agent import AgentMemory
+    from hopmem.agent.writes import WRITE_BATCH
+    from hopmem.encoders import HashingEncoder
+    from hopmem.errors import InvalidInput
+
+    path = tmp_path / "refused.db"
+    encoder = HashingEncoder(256)
+    items = _batch_items(WRITE_BATCH + 20)
+    items[WRITE_BATCH + 10]["kind"] = "poem"  # refused before it writes anything
+    with AgentMemory.open(path, encoder=encoder, namespace="team") as mem:
+        with pytest.raises(InvalidInput, match="kind"):
+            mem.remember_many(items, progress=False)
+    with AgentMemory.open(path, encoder=encoder, namespace="team") as again:
+        assert [e.text for e in again.entries()] == [i["text"] for i in items[:WRITE_BATCH + 10]]
+
+
+@pytest.mark.subprocess
+def test_sigkill_during_remember_many_keeps_whole_batches_only(tmp_path):
+    from hopmem.agent.writes import WRITE_BATCH
+
+    writer = _load_writer()
+    path = str(tmp_path / "batches.db")
+    rnd = random.Random(int(os.environ.get("HOPMEM_CRASH_SEED", "2024")))
+    whole = {0, WRITE_BATCH, writer.CALL}  # what of an interrupted call may be in the file
+    pending = 0  # the first statement of the call a kill interrupted
+    acknowledged: set[int] = set()
+    for _ in range(int(os.environ.get("HOPMEM_CRASH_KILLS", "8"))):
+        first, out = run_and_kill([sys.executable, WRITER, path, "--batches"], ENV, rnd, 1.0)
+        start = int(first.split()[1])
+        assert start - pending in whole, f"a restart found {start - pending} statements of a call of {writer.CALL}"
+        pending = start
+        for line in out.splitlines():
+            if line.startswith("batch "):
+                assert int(line.split()[1]) == pending
+                acknowledged.update(range(pending, pending + writer.CALL))
+                pending += writer.CALL
+    assert len(acknowledged) >= writer.CALL, "no call ever returned: the test checked nothing"
+    mem = writer.open_memory(path)
+    try:
+        present = [writer.index_of(e.text) for e in mem.entries()]
+    finally:
+        mem.close()
+    assert sorted(present) == list(range(len(present)))  # no statement twice, none missing
+    assert acknowledged <= set(present) and len(present) - pending in whole
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    finally:
+        conn.close()

@@ -14,7 +14,7 @@ import inspect
 import json
 import logging
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -38,9 +38,25 @@ logger = logging.getLogger("hopmem.agent")
 #: merged as a restatement; further apart it is stored as a new entry.
 NEAR_DUPLICATE_WINDOW = 3600.0
 
+#: Statements :meth:`WritesMixin.remember_many` stores per SQLite transaction. One commit per batch
+#: instead of one per statement is what makes bulk imports fast: the full-text index is flushed and
+#: merged once per commit, which costs more than storing the statement itself.
+WRITE_BATCH = 256
+
 
 class WritesMixin(MemoryCore):
     """:meth:`remember` and :meth:`remember_many`, with dedup, supersession and eviction."""
+
+    #: While :meth:`remember_many` holds a batch's transaction open: what to run once it commits
+    #: (events and the labeller, which must not see a write that could still be rolled back).
+    _after_commit: list[Callable[[], None]] | None = None
+
+    def _when_committed(self, action: Callable[[], None]) -> None:
+        """Run ``action`` now, or after the open batch's commit (dropped if the batch rolls back)."""
+        if self._after_commit is None:
+            action()
+        else:
+            self._after_commit.append(action)
 
     def remember(
         self,
@@ -178,13 +194,17 @@ class WritesMixin(MemoryCore):
                 old.updated_at = now
                 row.supersedes.append(old.id)
             self._drop_rows(r.id for r in evicted)
-        self._emit("remembered", session_id, now, id=entry_id, text=text, kind=kind, durability=durability,
-                   labels=explicit)
-        for old in superseded:
-            self._emit("superseded", session_id, now, id=old.id, text=old.text, superseded_by=entry_id)
-        for gone in evicted:
-            self._emit("evicted", gone.session_id, now, id=gone.id, text=gone.text)
-        self._infer_labels(entry_id, text, session_id)
+
+        def announce() -> None:
+            self._emit("remembered", session_id, now, id=entry_id, text=text, kind=kind, durability=durability,
+                       labels=explicit)
+            for old in superseded:
+                self._emit("superseded", session_id, now, id=old.id, text=old.text, superseded_by=entry_id)
+            for gone in evicted:
+                self._emit("evicted", gone.session_id, now, id=gone.id, text=gone.text)
+            self._infer_labels(entry_id, text, session_id)
+
+        self._when_committed(announce)
         with self._lock:
             return self._entry(row, self._now())
 
@@ -281,8 +301,9 @@ class WritesMixin(MemoryCore):
         row.updated_at = now
         row.reinforced_at = now
         row.expires_at = new_expires
-        self._emit("merged", session_id, now, id=row.id, text=row.text, merged_text=text,
-                   merged_count=row.merged_count)
+        merged_count = row.merged_count
+        self._when_committed(lambda: self._emit("merged", session_id, now, id=row.id, text=row.text,
+                                                merged_text=text, merged_count=merged_count))
         return self._entry(row, now, merged=True)
 
     def _infer_labels(self, entry_id: int, text: str, session_id: str | None) -> None:
@@ -333,8 +354,12 @@ class WritesMixin(MemoryCore):
         item is checked for a text and known argument names, and all texts are
         encoded in batches, before anything is stored: encoding statement by
         statement is about 2.7 times slower with all-MiniLM-L6-v2. Then each
-        is stored as :meth:`remember` stores it, in order; an item that
-        :meth:`remember` would refuse raises with the items before it stored.
+        is stored as :meth:`remember` stores it, in order, :data:`WRITE_BATCH`
+        statements to a transaction; an item that :meth:`remember` would
+        refuse raises with the items before it stored (and committed). Every
+        returned entry is committed; a crash or a failed write during the
+        call keeps whole batches only, and events and the labeller follow
+        each batch's commit.
         ``progress`` shows a bar while encoding (default: from
         :data:`~hopmem.agent.encoding.PROGRESS_FROM` items on, when stderr is a terminal).
         """
@@ -363,8 +388,48 @@ class WritesMixin(MemoryCore):
                 raise InvalidInput(f"items[{i}]: {exc}") from None
             calls.append((text, args))
         vectors = self._encode([text for text, _ in calls], progress)
-        return [self._remember(text, vector, **{**REMEMBER_DEFAULTS, **args})
-                for (text, args), vector in zip(calls, vectors)]
+        stored: list[Entry] = []
+        for start in range(0, len(calls), WRITE_BATCH):
+            refused = self._remember_batch(calls[start:start + WRITE_BATCH], vectors[start:start + WRITE_BATCH],
+                                           stored)
+            if refused is not None:
+                raise refused
+        return stored
+
+    def _remember_batch(self, calls: list[tuple[str, dict[str, Any]]], vectors: np.ndarray,
+                        stored: list[Entry]) -> BaseException | None:
+        """Store ``calls`` in one transaction, appending their entries to ``stored``.
+
+        A statement refused before it wrote anything (bad arguments, a repeated write id) ends the batch:
+        the ones before it are committed and its exception is returned for the caller to raise. A
+        failure after a statement started writing, or of the commit, rolls the whole batch back, reloads
+        the rows from the file, and raises. (No savepoint per statement: FTS5 flushes its index at each
+        one, which is the cost the batch is there to save.)"""
+        refused: BaseException | None = None
+        with self._lock:
+            self._check_open()
+            pending: list[Callable[[], None]] = []
+            self._after_commit = pending
+            try:
+                with self._store.transaction() as conn:
+                    for (text, args), vector in zip(calls, vectors):
+                        before = conn.total_changes
+                        try:
+                            stored.append(self._remember(text, vector, **{**REMEMBER_DEFAULTS, **args}))
+                        except BaseException as exc:
+                            if conn.total_changes != before:
+                                raise  # half written: the batch rolls back
+                            refused = exc  # raised by the caller once the ones before it are committed
+                            break
+            except BaseException:
+                self._load()  # the file rolled the batch back: so do the rows in memory
+                raise
+            finally:
+                self._after_commit = None
+            self._data_version = self._store.data_version()
+        for action in pending:
+            action()
+        return refused
 
 
 def _check_write_id(write_id: Any) -> str | None:
