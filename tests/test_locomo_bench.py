@@ -195,7 +195,7 @@ def test_study_aggregation_on_tiny_fixture(tmp_path: Path) -> None:
     from benchmarks.locomo import study_aggregation
 
     out_json = tmp_path / "aggregation.json"
-    out = study_aggregation.main([str(FIXTURE), "--encoder", "hashing", "--json", str(out_json)])
+    out = study_aggregation.main([str(FIXTURE), "--encoder", "hashing", "--grid", "--json", str(out_json)])
     saved = json.loads(out_json.read_text())
     assert saved["effect"][0]["variant"] == "the defaults" and saved["effect"][0]["gain"] == 0.0
     assert any(f["variant"] == "feedback" for f in saved["feasibility"])
@@ -205,3 +205,15 @@ def test_study_aggregation_on_tiny_fixture(tmp_path: Path) -> None:
         assert 0.0 <= row["all"] <= 1.0
         assert row["gain_ci95"][0] <= row["gain"] + 1e-12 and row["gain"] <= row["gain_ci95"][1] + 1e-12
     assert len(out["effect"]) == len(saved["effect"])
+    grid = saved["aggregation_k"]
+    assert len(grid["table"]) == len(study_aggregation.AGGREGATION_GRID) + 1 and grid["table"][0]["gain"] == 0.0
+    assert len(grid["loco_choices"]) == 2  # one per held-out conversation
+
+
+def test_latency_against_the_deeper_reads(tmp_path: Path) -> None:
+    from benchmarks.locomo import latency
+
+    out = latency.main([str(FIXTURE), "--conversation", "a1", "--entries", "300", "--repeats", "2",
+                        "--encoder", "hashing", "--baseline", "aggregation"])
+    for name in ("defaults", "without deeper reads"):
+        assert 0.0 < out[name]["p50_ms"] <= out[name]["p95_ms"]

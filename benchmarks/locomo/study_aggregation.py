@@ -3,6 +3,7 @@
 Usage::
 
     python -m benchmarks.locomo.study_aggregation DATA_DIR [--encoder minilm] [--cache DIR] [--json out.json]
+        [--grid]
 
 The evidence of a multi-hop question such as "What books has Melanie read?"
 is 2-4 turns that each name one instance ("Charlotte's Web", "my horse
@@ -58,6 +59,11 @@ knowledge of English, not from the benchmark's questions.
 * ``wider ...``: the order of a memory opened with a larger ``assoc_k``
   and/or ``over_fetch`` in place of the defaults' (not fused; its verdict is
   not used: the defaults' decides).
+
+``--grid`` also measures the shipped option, ``RecallConfig.aggregation_k``,
+end to end with the library's own verdict on a grid of values, paired against
+``aggregation_k=assoc_k`` (off), with the value chosen leave one conversation
+out.
 """
 
 from __future__ import annotations
@@ -331,6 +337,46 @@ class Study:
         return out
 
 
+AGGREGATION_GRID = (32, 48, 64, 96, 128)
+
+
+def grid(convs: list[Conversation], encoder: CachedEncoder) -> dict[str, Any]:
+    """``RecallConfig.aggregation_k`` on :data:`AGGREGATION_GRID`, end to end with the library's verdict."""
+    def e2e(rs: list[dict[str, Any]]) -> list[float]:
+        return [0.0 if r["abstained"] else evidence_recall(r["pool"][:K], r["evidence"]) for r in rs]
+
+    runs = {k: [r for c in convs for r in top(c, encoder, aggregation_k=k)] for k in AGGREGATION_GRID}
+    rows = runs[AGGREGATION_GRID[0]]
+    base = e2e(rows)
+    values = {k: e2e(rs) for k, rs in runs.items()}
+    table = [{**line(f"aggregation_k {k}", rows, v, base),
+              "false_abstention": float(np.mean([r["abstained"] for r in runs[k]]))} for k, v in values.items()]
+    held, held_base, held_rows, picks = [], [], [], []
+    for c in sorted({r["conversation"] for r in rows}):
+        best = max(AGGREGATION_GRID, key=lambda k: np.mean([v for v, r in zip(values[k], rows)
+                                                             if r["conversation"] != c]))
+        picks.append({"held_out": c, "aggregation_k": best})
+        for v, b, r in zip(values[best], base, rows):
+            if r["conversation"] == c:
+                held.append(v)
+                held_base.append(b)
+                held_rows.append(r)
+    table.append(line("leave one conversation out", held_rows, held, held_base))
+    cats = list(CATEGORIES.values())
+    print("\nRecallConfig.aggregation_k, end to end with the library's verdict (paired against the first)\n")
+    print("| setting | R@5 | gain [95% CI] | " + " | ".join(cats) + " |")
+    print("|---|---|---|" + "---|" * len(cats))
+    for t in table:
+        lo, hi = t["gain_ci95"]
+        print(f"| {t['variant']} | {t['all']:.3f} | {t['gain']:+.3f} [{lo:+.3f}, {hi:+.3f}] | "
+              + " | ".join(f"{t[c]:.3f}" for c in cats) + " |")
+    for k in AGGREGATION_GRID[1:]:
+        mh = summary([v - b for v, b, r in zip(values[k], base, rows) if r["category"] == 1])
+        print(f"  multi-hop gain, aggregation_k {k}: {mh['mean']:+.3f} [{mh['ci95'][0]:+.3f}, {mh['ci95'][1]:+.3f}]")
+    print("leave one conversation out choices:", json.dumps(picks))
+    return {"table": table, "loco_choices": picks}
+
+
 def fuse_keep(base: list[str], extra: list[str], w: float, keep: int = 2) -> list[str]:
     s: dict[str, float] = {}
     for r, d in enumerate(base, 1):
@@ -351,6 +397,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument("--encoder", choices=("minilm", "hashing"), default="minilm")
     p.add_argument("--cache", default=None)
     p.add_argument("--json", default=None)
+    p.add_argument("--grid", action="store_true", help="also RecallConfig.aggregation_k on a grid, end to end")
     args = p.parse_args(argv)
     cache = Path(args.cache) if args.cache else default_cache_dir()
     convs = load_folder(args.data)
@@ -452,7 +499,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         print(f"| {t['variant']} | {t['all']:.3f} | {t['gain']:+.3f} [{lo:+.3f}, {hi:+.3f}] | "
               f"{t['multi-hop gain']:+.3f} [{mlo:+.3f}, {mhi:+.3f}] | "
               + " | ".join(f"{t[c]:.3f}" for c in cats) + " |")
-    result = {"feasibility": feas, "effect": table}
+    result: dict[str, Any] = {"feasibility": feas, "effect": table}
+    if args.grid:
+        result["aggregation_k"] = grid(convs, encoder)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1, default=str))
     return result
