@@ -177,3 +177,43 @@ def _records(tmp_path: Path) -> Path:
     if not path.exists():
         run.main([str(FIXTURE), "--encoder", "hashing", "--quiet", "--no-cache", "--records", str(path)])
     return path
+
+
+@pytest.mark.parametrize("question, expected", [
+    ("What activities does Melanie partake in?", "activities"),
+    ("Which cities has John been to?", "cities"),
+    ("How many children does Melanie have?", "children"),
+    ("What did Caroline research?", None),
+])
+def test_study_aggregation_category_word(question: str, expected: str | None) -> None:
+    from benchmarks.locomo.study_aggregation import category_word
+
+    assert category_word(question) == expected
+
+
+def test_study_aggregation_on_tiny_fixture(tmp_path: Path) -> None:
+    from benchmarks.locomo import study_aggregation
+
+    out_json = tmp_path / "aggregation.json"
+    out = study_aggregation.main([str(FIXTURE), "--encoder", "hashing", "--grid", "--json", str(out_json)])
+    saved = json.loads(out_json.read_text())
+    assert saved["effect"][0]["variant"] == "the defaults" and saved["effect"][0]["gain"] == 0.0
+    assert any(f["variant"] == "feedback" for f in saved["feasibility"])
+    for f in saved["feasibility"]:
+        assert all(0.0 <= v <= 1.0 for k, v in f.items() if k != "variant")
+    for row in saved["effect"]:
+        assert 0.0 <= row["all"] <= 1.0
+        assert row["gain_ci95"][0] <= row["gain"] + 1e-12 and row["gain"] <= row["gain_ci95"][1] + 1e-12
+    assert len(out["effect"]) == len(saved["effect"])
+    grid = saved["aggregation_k"]
+    assert len(grid["table"]) == len(study_aggregation.AGGREGATION_GRID) + 1 and grid["table"][0]["gain"] == 0.0
+    assert len(grid["loco_choices"]) == 2  # one per held-out conversation
+
+
+def test_latency_against_the_deeper_reads(tmp_path: Path) -> None:
+    from benchmarks.locomo import latency
+
+    out = latency.main([str(FIXTURE), "--conversation", "a1", "--entries", "300", "--repeats", "2",
+                        "--encoder", "hashing", "--baseline", "aggregation"])
+    for name in ("defaults", "without deeper reads"):
+        assert 0.0 < out[name]["p50_ms"] <= out[name]["p95_ms"]

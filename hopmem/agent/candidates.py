@@ -70,14 +70,15 @@ def selective_terms(terms: list[str], parts: Sequence[Partition], n: int, common
 
 def gather(text: str, qvec: np.ndarray, *, mode: str, limit: int, config: RecallConfig, parts: Sequence[Partition],
            tables: Sequence[str], store: AgentStore, rows: dict[int, Row], by_time: list[tuple[float, int]],
-           hints: TimeHints, visible: Callable[[int], bool]) -> Candidates:
-    """Run the retrievers of ``mode`` over the visible partitions (``parts``, FTS5 ``tables``)."""
+           hints: TimeHints, visible: Callable[[int], bool], assoc_k: int | None = None) -> Candidates:
+    """Run the retrievers of ``mode`` over the visible partitions (``parts``, FTS5 ``tables``); engine reads
+    activate ``assoc_k`` entries (None: ``config.assoc_k``)."""
     cfg = config
     n_visible_scope = sum(p.live for p in parts)
     cue_words = {w for cue in hints.cues for w in cue.split()}  # time scaffolding is not a subject
     found = Candidates(terms=[t for t in kw.query_terms(text) if t not in cue_words])
     if mode in ("hybrid", "associative"):
-        _read_engines(found, qvec, parts, cfg, visible)
+        _read_engines(found, qvec, parts, cfg, visible, cfg.assoc_k if assoc_k is None else assoc_k)
     if mode in ("hybrid", "keyword") and n_visible_scope:
         _search_keywords(found, text, limit, cfg, parts, n_visible_scope, tables, store, rows, visible)
         found.novelty = _novelty(found.terms, parts, cfg.novelty_ceiling)
@@ -90,11 +91,12 @@ def gather(text: str, qvec: np.ndarray, *, mode: str, limit: int, config: Recall
 
 
 def _read_engines(found: Candidates, qvec: np.ndarray, parts: Sequence[Partition], cfg: RecallConfig,
-                  visible: Callable[[int], bool]) -> None:
+                  visible: Callable[[int], bool], k: int) -> None:
     for part in parts:
-        mem = part.engine(cfg.beta, cfg.assoc_k, cfg.activation)
-        if mem is None:
+        built = part.engine(cfg.beta, k, cfg.activation)
+        if built is None:
             continue
+        mem, loc_rows = built
         trace = mem.analyze(qvec)
         assert isinstance(trace, Trace)  # one query vector: one trace
         fc = float(trace.first_contact)
@@ -102,7 +104,7 @@ def _read_engines(found: Candidates, qvec: np.ndarray, parts: Sequence[Partition
         if found.first_contact is None or fc > found.first_contact:
             found.first_contact = fc
         for loc, sim in zip(trace.activated, trace.similarities):
-            row = part.loc_rows.get(int(loc))
+            row = loc_rows.get(int(loc))
             if row is None or not part.alive[row]:
                 continue
             entry_id = int(part.ids[row])
@@ -115,7 +117,7 @@ def _read_engines(found: Candidates, qvec: np.ndarray, parts: Sequence[Partition
         resolved = mem.analyze(trace.result, strategy="fast")
         assert isinstance(resolved, Trace)
         for loc, sim in zip(resolved.activated, resolved.similarities):
-            row = part.loc_rows.get(int(loc))
+            row = loc_rows.get(int(loc))
             if row is None or not part.alive[row]:
                 continue
             entry_id = int(part.ids[row])

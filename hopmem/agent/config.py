@@ -88,6 +88,15 @@ class RecallConfig:
         Entries each engine read activates per partition (>= 1): the
         semantic candidate list's length. Raise it for memories where answers
         lie beyond the 32 nearest statements; it costs read time.
+    aggregation_k : int
+        Entries each engine read activates for a question that asks for
+        several things of one kind ("What activities does X partake in?",
+        "How many ...", :func:`hopmem.agent.parts.asks_for_several`), in
+        place of ``assoc_k`` (>= 1). Their answers are spread over entries
+        that each name one instance and resemble the question less than its
+        best match, so the read goes deeper for them. Each partition keeps a
+        second engine for these reads, built on the first such question.
+        Equal to ``assoc_k``: off.
     activation : {"compact", "exact"}
         How engine reads scan the entries: ``"compact"`` scans a float16 copy
         and re-scores the best candidates exactly (faster on large memories;
@@ -196,6 +205,7 @@ class RecallConfig:
 
     beta: float = 30.0
     assoc_k: int = 32
+    aggregation_k: int = 64
     activation: Literal["exact", "compact"] = "compact"
     over_fetch: int = 50
     rrf_k: float = 20.0
@@ -225,7 +235,7 @@ class RecallConfig:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not value > 0:
                 raise InvalidInput(f"{name}: expected a number > 0, got {value!r}")
-        for name in ("assoc_k", "over_fetch", "rare_min"):
+        for name in ("assoc_k", "aggregation_k", "over_fetch", "rare_min"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidInput(f"{name}: expected an int >= 1, got {value!r}")

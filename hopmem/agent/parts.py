@@ -9,6 +9,11 @@ join the fusion and each part admits its own best answers. The split is
 lexical and conservative: only at a comma or "and" directly before a question
 word, only when every part starts with a question word ("In the last session,
 what did Ana say?" is one question) and has a word of its own to search for.
+
+A question can also ask for several things of one kind ("What activities does
+Melanie partake in?", "How many children ...", "What are ..."):
+:func:`asks_for_several` tells it by its English form, and recall reads
+deeper for it (``RecallConfig.aggregation_k``).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-__all__ = ["split_parts"]
+__all__ = ["split_parts", "asks_for_several"]
 
 _QUESTION_WORDS = (r"what|what's|whats|which|who|who's|whom|whose|where|when|why|how|did|do|does|is|are|was|were|"
                    r"can|could|will|would|have|has")
@@ -41,3 +46,34 @@ def split_parts(text: str, terms: Callable[[str], list[str]], max_parts: int = 4
     if not all(_STARTS.match(p) and terms(p) for p in pieces):
         return []
     return pieces
+
+
+_AUX = frozenset("is are was were do does did has have had will would can could should might may must".split())
+_NOT_PLURAL = frozenset("this his its was has does is us yes less unless always perhaps".split())
+_SEVERAL = re.compile(r"\bhow many\b|\bboth\b|\bin common\b")
+_WORDS = re.compile(r"[a-z']+")
+
+
+def asks_for_several(text: str) -> bool:
+    """Whether a question's English form asks for several things of one kind.
+
+    True for "how many", "both", "in common", "what/which are/were ...", and
+    a plural noun after "what" or "which" and before the verb ("What
+    *activities* does ...", "Which *cities* ..."). Such a question's answer is
+    spread over several entries, each naming one instance, which rarely
+    resemble the question. English only.
+    """
+    q = text.lower()
+    if _SEVERAL.search(q):
+        return True
+    ws = _WORDS.findall(q)
+    if not ws or ws[0] not in ("what", "which"):
+        return False
+    if len(ws) > 1 and ws[1] in ("are", "were"):
+        return True
+    for w in ws[1:]:
+        if w in _AUX:
+            return False
+        if len(w) > 3 and w.endswith("s") and not w.endswith(("ss", "us", "is")) and w not in _NOT_PLURAL:
+            return True
+    return False

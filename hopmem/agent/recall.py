@@ -29,7 +29,7 @@ from .core import MemoryCore
 from .evidence import Evidence, content_words, lexical_scorer
 from .index import Row
 from .labels import labels_match
-from .parts import split_parts
+from .parts import asks_for_several, split_parts
 from .results import MemoryHit, Selection
 from .temporal import TimeHints, asks_for_date, parse_time_hints
 from .validation import identity, statement
@@ -186,8 +186,11 @@ class RecallMixin(MemoryCore):
         parts = [p for p in (self._parts.get(k) for k in part_keys) if p is not None and p.live > 0]
         hints = parse_time_hints(text, now, self.day_zero, comparisons=True)
         tables = [self._fts[k] for k in part_keys if k in self._fts]
+        # a question asking for several things of one kind reads deeper (its instances resemble it less)
+        k = cfg.aggregation_k if asks_for_several(text) else cfg.assoc_k
         found = gather(text, qvec, mode=mode, limit=limit, config=cfg, parts=parts, tables=tables,
-                       store=self._store, rows=self._rows, by_time=self._by_time, hints=hints, visible=visible)
+                       store=self._store, rows=self._rows, by_time=self._by_time, hints=hints, visible=visible,
+                       assoc_k=k)
         # a multi-part question: each part's own candidates (no time window or exact
         # tokens of its own: the whole question has those)
         part_hints = TimeHints(order=None, window=None, cues=hints.cues)
