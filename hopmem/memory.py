@@ -477,6 +477,7 @@ class Memory:
         self._config = config
         self._engine = _engine(backend)
         self._kcfg = self._engine.prepare(config)  # config in the engine's own form
+        self._kcfgs: dict[int, Any] = {}  # the same for reads that activate another k
         self._lock = RWLock()
         compact = config.activation == "compact" and self._engine.name == "native"
         norms = config.mode == "plain" and self._engine.name == "native"
@@ -676,13 +677,27 @@ class Memory:
             raise InvalidInput(
                 f"strategy: expected 'iterative' or 'fast', got {strategy!r}")
 
-    def _read_traces(self, query: Any, strategy: str) -> tuple[list[Trace], bool]:
+    def _read_config(self, k: int | None) -> Any:
+        """The engine's config for a read that activates ``k`` locations (None: the memory's own ``k``)."""
+        if k is None:
+            return self._kcfg
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise InvalidInput(f"k: expected an int >= 1 or None, got {k!r}")
+        if k == self._config.k:
+            return self._kcfg
+        prepared = self._kcfgs.get(int(k))
+        if prepared is None:
+            prepared = self._kcfgs[int(k)] = self._engine.prepare(dataclasses.replace(self._config, k=int(k)))
+        return prepared
+
+    def _read_traces(self, query: Any, strategy: str, k: int | None = None) -> tuple[list[Trace], bool]:
         self._check_strategy(strategy)
+        cfg = self._read_config(k)
         Q, single = as_vectors(query, self.dim, "query")
         with self._lock.read():
             if self._state.size == 0:
                 raise EmptyMemory()
-            raw = self._engine.read(self._state, self._kcfg, Q, strategy)
+            raw = self._engine.read(self._state, cfg, Q, strategy)
             ids = self._state.ids
             traces = [
                 Trace(activated=ids[np.asarray(rows, dtype=np.int64)],  # a copy (fancy index)
@@ -694,14 +709,19 @@ class Memory:
                 first_contact in raw]
         return traces, single
 
-    def read(self, query: Any, strategy: Strategy = "iterative") -> np.ndarray:
-        """Reconstruct from a query: float32 ``(d,)`` for one, ``(n, d)`` for a batch."""
+    def read(self, query: Any, strategy: Strategy = "iterative", *, k: int | None = None) -> np.ndarray:
+        """Reconstruct from a query: float32 ``(d,)`` for one, ``(n, d)`` for a batch.
+
+        ``k`` activates that many locations for this read only (default: the
+        memory's own ``k``); the memory is not changed.
+        """
         self._check_strategy(strategy)
+        cfg = self._read_config(k)
         # The common query (one finite float32 vector) in one kernel call; None otherwise.
         lock = self._lock
         lock.acquire_read()
         try:
-            out = self._engine.read_one(self._state, self._kcfg, query, strategy)
+            out = self._engine.read_one(self._state, cfg, query, strategy)
         finally:
             lock.release_read()
         if out is not None:
@@ -710,32 +730,34 @@ class Memory:
         with self._lock.read():
             if self._state.size == 0:
                 raise EmptyMemory()
-            out = self._engine.read_results(self._state, self._kcfg, Q, strategy)
+            out = self._engine.read_results(self._state, cfg, Q, strategy)
         return out[0] if single else out
 
-    def analyze(self, query: Any, strategy: Strategy = "iterative") -> Trace | list[Trace]:
-        """A read with its trace (one Trace, or a list for a batch)."""
-        traces, single = self._read_traces(query, strategy)
+    def analyze(self, query: Any, strategy: Strategy = "iterative", *, k: int | None = None) -> Trace | list[Trace]:
+        """A read with its trace (one Trace, or a list for a batch); ``k`` as in :meth:`read`."""
+        traces, single = self._read_traces(query, strategy, k)
         return traces[0] if single else traces
 
-    def read_scored(self, query: Any,
-                    strategy: Strategy = "iterative") -> ScoredRead | list[ScoredRead]:
+    def read_scored(self, query: Any, strategy: Strategy = "iterative", *,
+                    k: int | None = None) -> ScoredRead | list[ScoredRead]:
         """A read with its fidelity and first contact (one, or a list for a batch).
 
         The same numbers as :meth:`analyze`'s, without the activated set: the
         common query (one finite float32 vector) takes one kernel call and no
-        trace is built, which is what a server answering reads wants.
+        trace is built, which is what a server answering reads wants. ``k`` as
+        in :meth:`read`.
         """
         self._check_strategy(strategy)
+        cfg = self._read_config(k)
         lock = self._lock
         lock.acquire_read()
         try:
-            out = self._engine.read_one(self._state, self._kcfg, query, strategy, True)
+            out = self._engine.read_one(self._state, cfg, query, strategy, True)
         finally:
             lock.release_read()
         if out is not None:
             return ScoredRead(*out)
-        traces, single = self._read_traces(query, strategy)
+        traces, single = self._read_traces(query, strategy, k)
         scored = [ScoredRead(t.result, t.fidelity, t.first_contact) for t in traces]
         return scored[0] if single else scored
 

@@ -57,11 +57,11 @@ def test_an_aggregation_question_reads_more_entries(tmp_path: Path) -> None:
         deep.close()
 
 
-def test_the_deeper_engine_sees_entries_stored_after_it_was_built(tmp_path: Path) -> None:
+def test_the_deeper_read_sees_entries_stored_after_the_engine_was_built(tmp_path: Path) -> None:
     mem = _memory(tmp_path / "m.db", assoc_k=4, aggregation_k=64)
     try:
         question = "What hobbies does Ana have?"
-        before = _semantic(mem.rank(question, limit=50))  # builds the deeper engine
+        before = _semantic(mem.rank(question, limit=50))  # builds the engine
         new = mem.remember("Ana: my new hobby is kayaking", created_at=5000.0, metadata={"speaker": "Ana"})
         after = _semantic(mem.rank(question, limit=50))
         assert new.id not in before and new.id in after

@@ -516,3 +516,39 @@ def test_restore_rejects_a_foreign_snapshot():
     bad_ids = dataclasses.replace(snap, ids=snap.ids[::-1].copy())
     with pytest.raises(InvalidInput, match="ascending"):
         small.restore(bad_ids)
+
+
+def test_a_read_with_its_own_k_equals_a_memory_built_with_that_k():
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((900, 32))  # past the location index's minimum (512 rows)
+    queries = X[rng.choice(len(X), 6)] + 0.3 * rng.standard_normal((6, 32))
+    mem, wide = Memory(32, mode="plain", k=8, beta=12.0), Memory(32, mode="plain", k=40, beta=12.0)
+    for m in (mem, wide):
+        m.write(X)
+    for q in queries:
+        for strategy in ("fast", "iterative"):
+            got, want = mem.analyze(q, strategy, k=40), wide.analyze(q, strategy)
+            assert np.array_equal(got.activated, want.activated) and len(got.activated) == 40
+            assert np.array_equal(got.result, want.result)  # the same bits as a k = 40 memory
+            assert np.array_equal(mem.read(q, strategy, k=40), want.result)
+            assert mem.read_scored(q, strategy, k=40).fidelity == want.fidelity
+        assert len(mem.analyze(q).activated) == 8  # the memory's own k is unchanged
+    assert np.array_equal(mem.read(queries, "fast", k=40), wide.read(queries, "fast"))  # a batch too
+    for bad in (0, -1, 2.5, True, "8"):
+        with pytest.raises(InvalidInput, match="k: expected"):
+            mem.read(queries[0], k=bad)
+
+
+@pytest.mark.parametrize("mode", ["plain", "competitive"])
+def test_a_read_with_its_own_k_agrees_with_the_reference_twin(mode):
+    rng = np.random.default_rng(6)
+    X = rng.standard_normal((700, 24))
+    native = Memory(24, mode=mode, k=6, beta=8.0, seed=2)
+    twin = Memory(24, mode=mode, k=6, beta=8.0, seed=2, backend="reference")
+    native.write(X)
+    twin.write(X)
+    for q in X[:5] + 0.2 * rng.standard_normal((5, 24)):
+        for strategy in ("fast", "iterative"):
+            got, ref = native.analyze(q, strategy, k=30), twin.analyze(q, strategy, k=30)
+            assert sorted(got.activated) == sorted(ref.activated)
+            np.testing.assert_allclose(got.result, ref.result, rtol=1e-5, atol=1e-6)

@@ -93,11 +93,11 @@ def gather(text: str, qvec: np.ndarray, *, mode: str, limit: int, config: Recall
 def _read_engines(found: Candidates, qvec: np.ndarray, parts: Sequence[Partition], cfg: RecallConfig,
                   visible: Callable[[int], bool], k: int) -> None:
     for part in parts:
-        built = part.engine(cfg.beta, k, cfg.activation)
-        if built is None:
+        mem = part.engine(cfg.beta, cfg.assoc_k, cfg.activation)
+        if mem is None:
             continue
-        mem, loc_rows = built
-        trace = mem.analyze(qvec)
+        loc_rows = part.loc_rows
+        trace = mem.analyze(qvec, k=k)
         assert isinstance(trace, Trace)  # one query vector: one trace
         fc = float(trace.first_contact)
         fid = float(trace.fidelity)
@@ -114,7 +114,7 @@ def _read_engines(found: Candidates, qvec: np.ndarray, parts: Sequence[Partition
         # resolve the reconstruction: its nearest entries, found by the engine's own
         # activation (exact scores; with activation="compact" a float16 pre-scan)
         weight = max(fid, 0.0)
-        resolved = mem.analyze(trace.result, strategy="fast")
+        resolved = mem.analyze(trace.result, strategy="fast", k=k)
         assert isinstance(resolved, Trace)
         for loc, sim in zip(resolved.activated, resolved.similarities):
             row = loc_rows.get(int(loc))

@@ -94,9 +94,8 @@ class RecallConfig:
         "How many ...", :func:`hopmem.agent.parts.asks_for_several`), in
         place of ``assoc_k`` (>= 1). Their answers are spread over entries
         that each name one instance and resemble the question less than its
-        best match, so the read goes deeper for them. Each partition keeps a
-        second engine for these reads, built on the first such question.
-        Equal to ``assoc_k``: off.
+        best match, so the read goes deeper for them (the same engine, read
+        with its own ``k``). Equal to ``assoc_k``: off.
     activation : {"compact", "exact"}
         How engine reads scan the entries: ``"compact"`` scans a float16 copy
         and re-scores the best candidates exactly (faster on large memories;

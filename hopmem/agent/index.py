@@ -84,7 +84,8 @@ class Partition:
         self.alive = np.zeros(0, dtype=bool)
         self.row_of: dict[int, int] = {}
         self.dead = 0
-        self.engines: dict[int, tuple[Memory, dict[int, int]]] = {}  # by k: the engine and its location -> row
+        self.memory: Memory | None = None
+        self.loc_rows: dict[int, int] = {}  # engine location -> row
         self.df: dict[str, int] = {}  # light-stemmed word -> live entries containing it
         self.total_terms = 0  # sum of live entries' content-word counts (BM25 length normalisation)
 
@@ -135,32 +136,29 @@ class Partition:
             self.n = len(keep)
             self.row_of = {int(i): r for r, i in enumerate(self.ids)}
             self.dead = 0
-            self.engines.clear()  # rebuilt on next read
+            self.memory = None  # rebuilt on next read
 
-    def engine(self, beta: float, k: int,
-               activation: Literal["exact", "compact"] = "exact") -> tuple[Memory, dict[int, int]] | None:
-        """The plain-mode engine memory over this partition's rows that activates ``k`` entries per read,
-        and its map from engine location to row (built lazily, one per ``k``)."""
+    def engine(self, beta: float, k: int, activation: Literal["exact", "compact"] = "exact") -> Memory | None:
+        """The plain-mode engine memory over this partition's rows (built lazily; a read may activate
+        another ``k`` than the one it was built with, :meth:`hopmem.Memory.analyze`)."""
         if self.live == 0:
             return None
-        built = self.engines.get(k)
-        if built is None:
+        if self.memory is None:
             try:
                 mem = Memory(self.dim, mode="plain", k=k, beta=beta, activation=activation)
             except TypeError:  # an engine without the activation option: exact scans
                 mem = Memory(self.dim, mode="plain", k=k, beta=beta)
             rows = np.flatnonzero(self.alive[: self.n])
             result = mem.write(self.matrix[rows])
-            built = self.engines[k] = (mem, {int(result.created[i][0]): int(r) for i, r in enumerate(rows)})
-        return built
+            self.loc_rows = {int(result.created[i][0]): int(r) for i, r in enumerate(rows)}
+            self.memory = mem
+        return self.memory
 
     def engine_append(self, entry_id: int) -> None:
-        if not self.engines:
-            return
-        row = self.row_of[entry_id]
-        for mem, loc_rows in self.engines.values():
-            result = mem.write(self.matrix[row])
-            loc_rows[int(result.created[0][0])] = row
+        if self.memory is not None:
+            row = self.row_of[entry_id]
+            result = self.memory.write(self.matrix[row])
+            self.loc_rows[int(result.created[0][0])] = row
 
 
 def value_tokens(text: str) -> frozenset[str]:
