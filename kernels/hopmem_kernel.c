@@ -1827,6 +1827,8 @@ typedef struct {
     const float *q[4];    /* float32 queries, scored by dot1 (unused lanes padded) */
     double beta;
     int64_t b0;           /* the super-block's first block */
+    int64_t nb;           /* its blocks */
+    int reverse;          /* 1: they run last to first (the merge stays in block order) */
     double *part;         /* [HM_STREAM_SUPER * nq * (dim + 2)]: m_b, sum_b, acc_b */
 } stream_job;
 
@@ -1982,7 +1984,8 @@ static void stream_block(const stream_job *jb, int64_t b) {
 
 static void stream_chunk(void *ctx, int64_t lo, int64_t hi) {
     const stream_job *jb = (const stream_job *)ctx;
-    for (int64_t b = lo; b < hi; b++) stream_block(jb, jb->b0 + b);
+    for (int64_t i = lo; i < hi; i++)
+        stream_block(jb, jb->b0 + (jb->reverse ? jb->nb - 1 - i : i));
 }
 
 /* Fold a block's partial into the running (M, S, acc) of its query. */
@@ -2008,11 +2011,27 @@ static void stream_pass(stream_job *jb, double *part, double *M, double *S, doub
     int64_t nblocks = (jb->n + HM_STREAM_BLOCK - 1) / HM_STREAM_BLOCK;
     for (int64_t q = 0; q < nq; q++) { M[q] = -INFINITY; S[q] = 0.0; }
     jb->part = part;
+    /* Passes alternate their direction: a pass ends with its last ~2 MB of
+     * rows in L2, and the next one (the next step of an iterative read, the
+     * next read) starts with them there instead of streaming them from L3
+     * again: a step over 10,000 rows at d = 384 ~3% faster. Each block's
+     * partial is its own and the merge runs in block order, so the bits are
+     * the same either way; a pass with more than one super-block (merged one
+     * after another) always runs forward. */
+    static unsigned passes = 0;
+#if defined(__GNUC__)
+    unsigned pass = __atomic_fetch_add(&passes, 1, __ATOMIC_RELAXED);
+#else
+    unsigned pass = passes++;  /* a race here only picks a direction */
+#endif
+    int reverse = nblocks <= HM_STREAM_SUPER && (pass & 1);
     for (int64_t b0 = 0; b0 < nblocks; b0 += HM_STREAM_SUPER) {
         int64_t nb = nblocks - b0 < HM_STREAM_SUPER ? nblocks - b0 : HM_STREAM_SUPER;
         int64_t rows = (b0 + nb) * HM_STREAM_BLOCK < jb->n ? nb * HM_STREAM_BLOCK
                                                            : jb->n - b0 * HM_STREAM_BLOCK;
         jb->b0 = b0;
+        jb->nb = nb;
+        jb->reverse = reverse;
         hm_parallel_rows(stream_chunk, jb, nb, 2.0 * (double)rows * (double)d * (double)nq);
         for (int64_t b = 0; b < nb; b++)
             for (int64_t q = 0; q < nq; q++)

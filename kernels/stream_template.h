@@ -260,6 +260,8 @@ HM_STREAM_ATTR static void HM_STREAM_NAME(const stream_job *jb, int64_t b) {
         const float *T = A + t0 * d;
         /* the lines after this tile's rows, asked for while it is read out */
         const float *pf = T + HM_TILE * d, *end = jb->A + n * d;
+        if (jb->reverse && t0 + HM_TILE >= nr)  /* the next block to run is the one before */
+            pf = b > jb->b0 ? jb->A + (b - 1) * HM_STREAM_BLOCK * d : end;
         int64_t pf_lines = pf < end ? (int64_t)(end - pf) / 16 : 0;
         /* One query: rows [0, done) have their logits in lg, the largest of
          * them in mx0, and their weights by the block's reference so far
