@@ -67,7 +67,8 @@ HM_STREAM_ATTR static inline void HM_CAT(HM_STREAM_NAME, _dot4)(
     out[3 * stride] = hsum2(l3, h3);
 }
 
-/* exp(x) of four doubles, x <= 0 (a logit minus its running maximum): the
+/* exp(x) of four doubles, x <= HM_STREAM_SLACK (a logit minus its block's
+ * reference; correct for any x up to ~709, where 2^n stays normal): the
  * same operations in every build (HM_FMA4D is one rounding everywhere), so
  * the AVX2 and portable blocks give the same bits, and within about 2 ulp of
  * exp (Cody-Waite reduction to |r| <= ln 2 / 2 with fused multiply-adds, the
