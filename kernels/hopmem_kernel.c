@@ -1781,10 +1781,12 @@ HM_INLINE int reuses_address(const hm_state *s, const hm_config *c, int64_t row)
  * nothing needs ranking, so a step streams the rows once, in row order, with
  * no sort and no buffer the size of the memory: the online softmax of
  * FlashAttention. Rows go in blocks of HM_STREAM_BLOCK: a block scores its
- * rows, takes its own largest logit m_b, and sums e_j = exp(logit_j - m_b)
- * and e_j * pattern_j in row order (the block's rows are still in L1/L2 for
- * the read-out, so each row comes from memory once a step). Blocks are then
- * merged in block order, each rescaled by exp(m_b - M). Block boundaries are
+ * rows, keeps a reference logit m_b (its first rows' largest, raised only by
+ * a tile whose largest exceeds it by more than HM_STREAM_SLACK), and sums
+ * e_j = exp(logit_j - m_b) and e_j * pattern_j in row order (a tile's rows
+ * are still in L1 for the read-out, so each row comes from memory once a
+ * step). Blocks are then merged in block order, each rescaled by
+ * exp(m_b - M). Block boundaries are
  * fixed, so a query gives the same bits on any number of threads (threads
  * share a super-block of blocks, each block writing its own partial) and in a
  * batch (up to four queries share every row load; each query's arithmetic is
@@ -1797,13 +1799,22 @@ HM_INLINE int reuses_address(const hm_state *s, const hm_config *c, int64_t row)
  * score, exp); a memory's fast read reads out its float64 counters in float64,
  * float32 rows (addresses, a caller's patterns) are read out as float32
  * products summed over tiles of 16 rows, then in float64. The ranked path
- * sums best row first with one maximum, this one in row order with a maximum
- * per block. docs/hopfield.md gives the error bound against a float64
+ * sums best row first with one maximum, this one in row order with a
+ * reference per block. docs/hopfield.md gives the error bound against a float64
  * evaluation that tests/test_hopfield.py enforces. */
 
 #define HM_NORM_MIN 1e-20     /* read-out by norm: the largest norm's range */
 #define HM_NORM_MAX 1e30
-#define HM_STREAM_BLOCK 128   /* rows a block scores and reads out together */
+/* Rows a block scores and reads out together. Each block ends in a partial
+ * and a merge, and starts with no reference logit; at 128 rows that cost a
+ * pass over 10,000 rows ~3%, at 1,024 rows ~0.3%, while a pass long enough
+ * to share between threads still has blocks enough to share. */
+#define HM_STREAM_BLOCK 1024
+/* How far a tile's largest logit may exceed its block's reference before it
+ * becomes the reference: weights up to exp(4) ~ 55, so a plain memory's
+ * float32 read-out factors (weight times norm, norms up to HM_NORM_MAX)
+ * and their tile sums stay far from float32's range. */
+#define HM_STREAM_SLACK 4.0
 #define HM_STREAM_SUPER 64    /* blocks shared between threads at a time */
 
 typedef struct {
@@ -1816,6 +1827,8 @@ typedef struct {
     const float *q[4];    /* float32 queries, scored by dot1 (unused lanes padded) */
     double beta;
     int64_t b0;           /* the super-block's first block */
+    int64_t nb;           /* its blocks */
+    int reverse;          /* 1: they run last to first (the merge stays in block order) */
     double *part;         /* [HM_STREAM_SUPER * nq * (dim + 2)]: m_b, sum_b, acc_b */
 } stream_job;
 
@@ -1914,12 +1927,12 @@ static void stream_block_portable(const stream_job *jb, int64_t b) {
         for (int64_t i = 0; i < d; i++) p[2 + i] = 0.0;
         for (int64_t t0 = 0; t0 < hi - lo; t0 += 16) {
             int64_t nt = hi - lo - t0 < 16 ? hi - lo - t0 : 16;
-            double mx = M;
+            double mx = -INFINITY;
             for (int64_t r = 0; r < nt; r++) {
                 lg[r] = jb->beta * (double)stream_dot_scalar(A + (t0 + r) * d, jb->q[q], d);
                 if (lg[r] > mx) mx = lg[r];
             }
-            if (mx > M) {
+            if (M == -INFINITY || mx > M + HM_STREAM_SLACK) {
                 if (M != -INFINITY) {
                     double a = stream_exp(M - mx);
                     S *= a;
@@ -1971,7 +1984,8 @@ static void stream_block(const stream_job *jb, int64_t b) {
 
 static void stream_chunk(void *ctx, int64_t lo, int64_t hi) {
     const stream_job *jb = (const stream_job *)ctx;
-    for (int64_t b = lo; b < hi; b++) stream_block(jb, jb->b0 + b);
+    for (int64_t i = lo; i < hi; i++)
+        stream_block(jb, jb->b0 + (jb->reverse ? jb->nb - 1 - i : i));
 }
 
 /* Fold a block's partial into the running (M, S, acc) of its query. */
@@ -1997,11 +2011,27 @@ static void stream_pass(stream_job *jb, double *part, double *M, double *S, doub
     int64_t nblocks = (jb->n + HM_STREAM_BLOCK - 1) / HM_STREAM_BLOCK;
     for (int64_t q = 0; q < nq; q++) { M[q] = -INFINITY; S[q] = 0.0; }
     jb->part = part;
+    /* Passes alternate their direction: a pass ends with its last ~2 MB of
+     * rows in L2, and the next one (the next step of an iterative read, the
+     * next read) starts with them there instead of streaming them from L3
+     * again: a step over 10,000 rows at d = 384 ~3% faster. Each block's
+     * partial is its own and the merge runs in block order, so the bits are
+     * the same either way; a pass with more than one super-block (merged one
+     * after another) always runs forward. */
+    static unsigned passes = 0;
+#if defined(__GNUC__)
+    unsigned pass = __atomic_fetch_add(&passes, 1, __ATOMIC_RELAXED);
+#else
+    unsigned pass = passes++;  /* a race here only picks a direction */
+#endif
+    int reverse = nblocks <= HM_STREAM_SUPER && (pass & 1);
     for (int64_t b0 = 0; b0 < nblocks; b0 += HM_STREAM_SUPER) {
         int64_t nb = nblocks - b0 < HM_STREAM_SUPER ? nblocks - b0 : HM_STREAM_SUPER;
         int64_t rows = (b0 + nb) * HM_STREAM_BLOCK < jb->n ? nb * HM_STREAM_BLOCK
                                                            : jb->n - b0 * HM_STREAM_BLOCK;
         jb->b0 = b0;
+        jb->nb = nb;
+        jb->reverse = reverse;
         hm_parallel_rows(stream_chunk, jb, nb, 2.0 * (double)rows * (double)d * (double)nq);
         for (int64_t b = 0; b < nb; b++)
             for (int64_t q = 0; q < nq; q++)
@@ -2018,12 +2048,51 @@ HM_INLINE size_t stream_part_size(int64_t n, int64_t dim, int64_t nq) {
 /* Whether a read activates every row and can stream them: any fast read, and
  * an iterative read whose every unit pattern is its address (plain mode,
  * every location of weight 1: see reuses_address). */
+/* Whether every one of the n weights is 1, and (norms not NULL) the largest
+ * of the n norms in *top (NaNs ignored, as `>` ignores them): vector lanes
+ * and no branch a row, where one comparison and branch a row took ~1.5% of a
+ * full-activation read over 10,000 rows. */
+static int unit_weights(const double *weights, const double *norms, int64_t n, double *top) {
+    double t = 0.0;
+    int64_t j = 0;
+#if defined(__GNUC__)
+    /* two lanes: SSE2's width, so every build runs it in registers */
+    typedef double v2d __attribute__((vector_size(16)));
+    typedef double v2d_u __attribute__((vector_size(16), aligned(8)));
+    typedef long long v2di __attribute__((vector_size(16)));
+    const v2d one = {1.0, 1.0};
+    v2d ta = {0.0, 0.0}, tb = {0.0, 0.0};
+    while (j + 4 <= n) {  /* chunks of up to 256 rows, then a check */
+        int64_t stop = j + 256 < n ? j + 256 : n;
+        v2di off = {0, 0};
+        for (; j + 4 <= stop; j += 4) {
+            off |= (v2di)(*(const v2d_u *)(weights + j) != one)
+                   | (v2di)(*(const v2d_u *)(weights + j + 2) != one);
+            if (norms) {
+                v2d x = *(const v2d_u *)(norms + j), y = *(const v2d_u *)(norms + j + 2);
+                v2di ux = (v2di)(x > ta), uy = (v2di)(y > tb);
+                ta = (v2d)(((v2di)x & ux) | ((v2di)ta & ~ux));
+                tb = (v2d)(((v2di)y & uy) | ((v2di)tb & ~uy));
+            }
+        }
+        if (off[0] | off[1]) return 0;
+    }
+    double lanes[4] = {ta[0], ta[1], tb[0], tb[1]};
+    for (int l = 0; l < 4; l++) if (lanes[l] > t) t = lanes[l];
+#endif
+    for (; j < n; j++) {
+        if (weights[j] != 1.0) return 0;
+        if (norms && norms[j] > t) t = norms[j];
+    }
+    if (top) *top = t;
+    return 1;
+}
+
 HM_INLINE int streams(const hm_state *s, const hm_config *c, int fast_only) {
     if (s->size <= 0 || c->k < s->size) return 0;
     if (fast_only) return 1;
     if (c->competitive) return 0;
-    for (int64_t j = 0; j < s->size; j++) if (s->weights[j] != 1.0) return 0;
-    return 1;
+    return unit_weights(s->weights, NULL, s->size, NULL);
 }
 
 /* Whether a fast read may read each location out as norm * address (float32
@@ -2032,12 +2101,9 @@ HM_INLINE int streams(const hm_state *s, const hm_config *c, int fast_only) {
  * that input and whose address is its direction rounded to float32, so the
  * two differ by the address's rounding only (docs/hopfield.md bounds it). */
 HM_INLINE int reads_out_by_norm(const hm_state *s, const hm_config *c) {
-    if (c->competitive || !s->norms) return 0;
     double top = 0.0;
-    for (int64_t j = 0; j < s->size; j++) {
-        if (s->weights[j] != 1.0) return 0;
-        if (s->norms[j] > top) top = s->norms[j];
-    }
+    if (c->competitive || !s->norms || !unit_weights(s->weights, s->norms, s->size, &top))
+        return 0;
     /* The scaled weights and the tile sums are float32: inputs so large or so
      * small that they would overflow or lose their bits there (far outside
      * any embedding's range) keep the float64 read-out. */
@@ -2102,7 +2168,7 @@ static int read_streamed(const hm_state *s, const hm_config *c, const float *Q, 
     jb.dim = d;
     jb.beta = c->beta;
     jb.A = s->addresses;
-    int by_norm = reads_out_by_norm(s, c);
+    int by_norm = (fast || fast_only) && reads_out_by_norm(s, c);
     for (int64_t g = 0; g < nq; g += 4) {
         int64_t ng = nq - g < 4 ? nq - g : 4;
         const float *Qg = Q + g * d;

@@ -67,7 +67,8 @@ HM_STREAM_ATTR static inline void HM_CAT(HM_STREAM_NAME, _dot4)(
     out[3 * stride] = hsum2(l3, h3);
 }
 
-/* exp(x) of four doubles, x <= 0 (a logit minus its running maximum): the
+/* exp(x) of four doubles, x <= HM_STREAM_SLACK (a logit minus its block's
+ * reference; correct for any x up to ~709, where 2^n stays normal): the
  * same operations in every build (HM_FMA4D is one rounding everywhere), so
  * the AVX2 and portable blocks give the same bits, and within about 2 ulp of
  * exp (Cody-Waite reduction to |r| <= ln 2 / 2 with fused multiply-adds, the
@@ -220,18 +221,26 @@ HM_STREAM_ATTR static inline void HM_CAT(HM_STREAM_NAME, _axpy_d)(
 }
 
 /* One block of up to HM_STREAM_BLOCK rows, in tiles of HM_TILE rows: a tile
- * scores its rows (which come into L1), raises the block's running maximum
- * logit M to the tile's largest (rescaling what the block has summed by
- * exp(M_old - M) when it does), and reads its rows out with the weights
+ * scores its rows (which come into L1), and reads them out with the weights
  * exp(logit - M) while they are still in L1: one transfer of each row from
- * L2, L3 or memory a step. The partial (M_b, sum_b, acc_b) of each query goes
- * to jb->part. */
+ * L2, L3 or memory a step. M, the block's reference logit, is its first
+ * tile's largest logit, and stays until a tile's largest logit exceeds it by
+ * more than HM_STREAM_SLACK: then that logit becomes M and what the block has
+ * summed so far is rescaled by exp(M_old - M). So a tile's weights are at
+ * most exp(HM_STREAM_SLACK), and one query's weights can be computed while
+ * its tile is still being scored, a group of four rows at a time (redone for
+ * the tile in the rare case that it raises M): the read-out does not wait on
+ * the tile's largest logit and then on its exps, a wait during which memory
+ * would idle. The arithmetic is the same however the weights are scheduled
+ * (one query, or four side by side), so the bits are too. The partial
+ * (M_b, sum_b, acc_b) of each query goes to jb->part. */
 HM_STREAM_ATTR static void HM_STREAM_NAME(const stream_job *jb, int64_t b) {
     int64_t d = jb->dim, n = jb->n, nq = jb->nq;
     int64_t lo = b * HM_STREAM_BLOCK, hi = lo + HM_STREAM_BLOCK < n ? lo + HM_STREAM_BLOCK : n;
     int64_t nr = hi - lo, w = nq == 1 ? 1 : 4;  /* several queries: four lanes, padded */
     const float *A = jb->A + lo * d;
     double *p = jb->part + (b - jb->b0) * nq * (d + 2);
+    double beta = jb->beta;
     /* the block's sums: straight into the partial for one query (or long
      * rows, a query at a time), else four queries side by side in y */
     int side = w == 4 && d <= 512;
@@ -244,33 +253,68 @@ HM_STREAM_ATTR static void HM_STREAM_NAME(const stream_job *jb, int64_t b) {
     }
     double M[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY}, S[4] = {0.0, 0.0, 0.0, 0.0};
     float sc[4 * HM_TILE];
-    double lg[4 * HM_TILE];  /* logits, then read-out factors, query-major */
+    double lg[4 * HM_TILE];  /* logits, query-major */
+    double ex[4 * HM_TILE];  /* their weights, then read-out factors */
     float lf[4 * HM_TILE];   /* the factors in float32, for float32 rows */
     for (int64_t t0 = 0; t0 < nr; t0 += HM_TILE) {
         int64_t nt = nr - t0 < HM_TILE ? nr - t0 : HM_TILE;
         const float *T = A + t0 * d;
         /* the lines after this tile's rows, asked for while it is read out */
         const float *pf = T + HM_TILE * d, *end = jb->A + n * d;
+        if (jb->reverse && t0 + HM_TILE >= nr)  /* the next block to run is the one before */
+            pf = b > jb->b0 ? jb->A + (b - 1) * HM_STREAM_BLOCK * d : end;
         int64_t pf_lines = pf < end ? (int64_t)(end - pf) / 16 : 0;
+        /* One query: rows [0, done) have their logits in lg, the largest of
+         * them in mx0, and their weights by the block's reference so far
+         * (none in its first tile) in ex and lf, summed onto S[0] in t0. */
+        int64_t done = 0;
+        double mx0 = -INFINITY, t0s = S[0];
         if (w == 1) {
-            int64_t r = 0;
-            for (; r + 4 <= nt; r += 4)
-                HM_CAT(HM_STREAM_NAME, _dot4)(T + r * d, T + (r + 1) * d, T + (r + 2) * d,
-                                              T + (r + 3) * d, jb->q[0], d, sc + r, 1);
-            for (; r < nt; r++) sc[r] = HM_CAT(HM_STREAM_NAME, _dot)(T + r * d, jb->q[0], d);
+            int spec = M[0] != -INFINITY;
+            v4d m4 = {M[0], M[0], M[0], M[0]};
+            for (; done + 4 <= nt; done += 4) {
+                const float *R = T + done * d;
+                HM_CAT(HM_STREAM_NAME, _dot4)(R, R + d, R + 2 * d, R + 3 * d, jb->q[0], d,
+                                              sc + done, 1);
+                v4d l = {beta * (double)sc[done], beta * (double)sc[done + 1],
+                         beta * (double)sc[done + 2], beta * (double)sc[done + 3]};
+                *(v4d_u *)(lg + done) = l;
+                for (int k = 0; k < 4; k++) if (l[k] > mx0) mx0 = l[k];
+                if (!spec) {  /* the block's first rows: its reference */
+                    if (done > 0 || mx0 == -INFINITY) continue;
+                    M[0] = mx0;
+                    m4 = (v4d){mx0, mx0, mx0, mx0};
+                    spec = 1;
+                }
+                v4d e = HM_CAT(HM_STREAM_NAME, _exp4)(l - m4);
+                for (int k = 0; k < 4; k++) t0s += e[k];
+                if (jb->W) for (int k = 0; k < 4; k++) e[k] /= jb->W[lo + t0 + done + k];
+                if (jb->N) for (int k = 0; k < 4; k++) e[k] *= jb->N[lo + t0 + done + k];
+                *(v4d_u *)(ex + done) = e;
+                if (!jb->C) for (int k = 0; k < 4; k++) lf[done + k] = (float)e[k];
+            }
+            for (int64_t r = done; r < nt; r++)
+                sc[r] = HM_CAT(HM_STREAM_NAME, _dot)(T + r * d, jb->q[0], d);
+            if (!spec) done = 0;
         } else {
             for (int64_t r = 0; r < nt; r++)
                 HM_CAT(HM_STREAM_NAME, _dot4)(jb->q[0], jb->q[1], jb->q[2], jb->q[3], T + r * d,
                                               d, sc + r, HM_TILE);
         }
         for (int64_t q = 0; q < wq; q++) {
-            double *x = lg + q * HM_TILE, mx = M[q];
+            double *x = lg + q * HM_TILE, *e = ex + q * HM_TILE;
             const float *v = sc + q * HM_TILE;
-            for (int64_t r = 0; r < nt; r++) {
-                x[r] = jb->beta * (double)v[r];
-                if (x[r] > mx) mx = x[r];
+            int64_t from = q == 0 ? done : 0;  /* the rows whose weights are still to come */
+            double mx = q == 0 ? mx0 : -INFINITY, t = from > 0 ? t0s : S[q];
+            for (int64_t r = from; r < nt; r++) x[r] = beta * (double)v[r];
+            for (int64_t r = from; r < nt; r++) if (x[r] > mx) mx = x[r];
+            if (M[q] == -INFINITY) {  /* the block's first rows: its reference */
+                double m = -INFINITY;
+                for (int64_t r = 0; r < nt && r < 4; r++) if (x[r] > m) m = x[r];
+                M[q] = m;
             }
-            if (mx > M[q]) {  /* a larger logit: what the block has so far, rescaled */
+            if (M[q] == -INFINITY || mx > M[q] + HM_STREAM_SLACK) {
+                /* a new reference: what the block has so far, rescaled */
                 if (M[q] != -INFINITY) {
                     v4d g = {M[q] - mx, 0.0, 0.0, 0.0};
                     double a = HM_CAT(HM_STREAM_NAME, _exp4)(g)[0], *acc = accs[q];
@@ -278,31 +322,30 @@ HM_STREAM_ATTR static void HM_STREAM_NAME(const stream_job *jb, int64_t b) {
                     for (int64_t i = 0; i < d; i++) acc[i] *= a;
                 }
                 M[q] = mx;
+                from = 0;
+                t = S[q];
             }
-            for (int64_t r = nt; r < HM_TILE; r++) x[r] = mx;  /* padding, unused */
+            for (int64_t r = nt; r < HM_TILE; r++) x[r] = M[q];  /* padding, unused */
             v4d m4 = {M[q], M[q], M[q], M[q]};
-            double t = S[q];
-            for (int64_t r = 0; r < HM_TILE; r += 4) {
-                v4d e = HM_CAT(HM_STREAM_NAME, _exp4)(LDD(x + r) - m4);
-                *(v4d_u *)(x + r) = e;
-            }
-            for (int64_t r = 0; r < nt; r++) t += x[r];
+            for (int64_t r = from; r < nt; r += 4)  /* from: a multiple of four */
+                *(v4d_u *)(e + r) = HM_CAT(HM_STREAM_NAME, _exp4)(LDD(x + r) - m4);
+            for (int64_t r = from; r < nt; r++) t += e[r];
             S[q] = t;
-            if (jb->W) for (int64_t r = 0; r < nt; r++) x[r] /= jb->W[lo + t0 + r];
-            if (jb->N) for (int64_t r = 0; r < nt; r++) x[r] *= jb->N[lo + t0 + r];
+            if (jb->W) for (int64_t r = from; r < nt; r++) e[r] /= jb->W[lo + t0 + r];
+            if (jb->N) for (int64_t r = from; r < nt; r++) e[r] *= jb->N[lo + t0 + r];
             if (!jb->C)
-                for (int64_t r = 0; r < nt; r++) lf[q * HM_TILE + r] = (float)x[r];
+                for (int64_t r = from; r < nt; r++) lf[q * HM_TILE + r] = (float)e[r];
         }
         if (!side) {  /* one query, or long rows: a query at a time */
             for (int64_t q = 0; q < nq; q++) {
-                if (jb->C) HM_CAT(HM_STREAM_NAME, _axpy_d)(accs[q], lg + q * HM_TILE,
+                if (jb->C) HM_CAT(HM_STREAM_NAME, _axpy_d)(accs[q], ex + q * HM_TILE,
                                                            jb->C + (lo + t0) * d, nt, d, 1,
                                                            jb->C + n * d);
                 else HM_CAT(HM_STREAM_NAME, _axpy_f)(accs[q], lf + q * HM_TILE, T, nt, d, 1,
                                                      pf, pf_lines);
             }
         } else if (jb->C) {
-            HM_CAT(HM_STREAM_NAME, _axpy_d)(y, lg, jb->C + (lo + t0) * d, nt, d, 4, jb->C + n * d);
+            HM_CAT(HM_STREAM_NAME, _axpy_d)(y, ex, jb->C + (lo + t0) * d, nt, d, 4, jb->C + n * d);
         } else {
             HM_CAT(HM_STREAM_NAME, _axpy_f)(y, lf, T, nt, d, 4, NULL, 0);
         }

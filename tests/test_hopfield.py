@@ -132,13 +132,34 @@ def test_full_activation_bits_do_not_depend_on_threads():
         np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.parametrize("n, d", [(1, 1), (37, 5), (700, 33), (300, 384), (129, 17), (40, 600)])
+def test_a_pass_gives_the_same_bits_in_either_direction():
+    # Passes alternate between first-to-last and last-to-first block order
+    # (each starts on the rows the previous one left in cache); each block's
+    # partial is its own and the merge runs in block order, so two reads in a
+    # row, which run in opposite directions, give the same bits, over one
+    # block and over several.
+    rng = np.random.default_rng(17)
+    for n in (500, 3500):
+        X = rng.standard_normal((n, 24)).astype(np.float32)
+        q = rng.standard_normal(24).astype(np.float32)
+        mem = full_memory(X, beta=9.0)
+        for strategy in ("fast", "iterative"):
+            first, second = mem.read(q, strategy), mem.read(q, strategy)
+            np.testing.assert_array_equal(first, second)
+        first, second = hopmem.hopfield(X, q, 2.0), hopmem.hopfield(X, q, 2.0)
+        np.testing.assert_array_equal(first, second)
+
+
+@pytest.mark.parametrize("n, d", [(1, 1), (37, 5), (700, 33), (300, 384), (129, 17), (40, 600),
+                                  (1100, 4)])
 def test_the_portable_stream_gives_the_bits_of_the_vector_one(n, d):
     # fmaf/fma per lane and the block's own exp against AVX2+FMA instructions:
-    # the same operations, each correctly rounded. Tiles of 16 rows end
-    # mid-block (n = 129), long rows read out a query at a time (d = 600),
+    # the same operations, each correctly rounded. Tiles of 16 rows and groups
+    # of four end mid-block (n = 129, 37), two blocks of up to 1,024 rows are
+    # merged (n = 1,100), long rows read out a query at a time (d = 600),
     # merged locations read out their float64 counters, and a large beta
-    # raises the running maximum (and rescales) often, down to weights of 0.
+    # raises the block's reference logit (and rescales) often, down to
+    # weights of 0.
     rng = np.random.default_rng(11)
     X = rng.standard_normal((n, d)).astype(np.float32)
     Q = rng.standard_normal((6, d)).astype(np.float32)
@@ -509,15 +530,17 @@ def test_hopfield_validates_its_arrays():
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.integers(1, 700), st.integers(1, 40), st.sampled_from([0.5, 30.0, 2000.0]),
+@given(st.integers(1, 2500), st.integers(1, 40), st.sampled_from([0.5, 30.0, 2000.0]),
        st.booleans(), st.integers(0, 2**32 - 1))
 def test_a_rising_maximum_keeps_the_streamed_reads_within_their_bounds(n, d, beta, rising, seed):
-    # Rows sorted by their score against the query, ascending: the running
-    # maximum logit rises at every tile of every block, so what a block has
-    # summed is rescaled up to 7 times (and, with a large beta, most weights
-    # are below the smallest double: exp underflows to 0 as the C library's
-    # does). Descending: it never rises after a block's first tile. Both are
-    # the same memory in another row order, within the same bounds.
+    # Rows sorted by their score against the query, ascending: a block's
+    # reference logit rises at every tile whose largest logit exceeds it by
+    # more than the slack, so what the block has summed is rescaled up to
+    # once a tile (and, with a large beta, most weights are below the
+    # smallest double: exp underflows to 0 as the C library's does), with
+    # weights up to exp(slack) in between. Descending: it never rises after
+    # the block's first rows. Both are the same memory in another row order,
+    # within the same bounds; up to 2,500 rows, so up to three blocks.
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((n, d)).astype(np.float32)
     q = rng.standard_normal(d).astype(np.float32)
