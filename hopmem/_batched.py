@@ -23,11 +23,17 @@ this does not apply to are read by the kernel (bit-equal to single reads).
 
 from __future__ import annotations
 
+import os
+import threading
+import weakref
 from typing import Any
 
 import numpy as np
 
-__all__ = ["TILE_ROWS", "MIN_BATCH", "MIN_ROWS", "applies", "read_batch"]
+from . import _kernel
+
+__all__ = ["TILE_ROWS", "MIN_BATCH", "MIN_ROWS", "SCORE_PRECISION", "READ_PRECISION",
+           "applies", "read_batch", "amx_active", "force_fallback", "packed_bytes"]
 
 TILE_ROWS = 1024  # rows per tile: the read-out's float32 sums run over at most this many
 MIN_BATCH = 16    # fewer queries: the kernel's streamed pass (four queries a pass) is as fast
@@ -66,6 +72,114 @@ def _normalized(V: np.ndarray) -> np.ndarray:
     return V
 
 
+# -- AMX bf16 tiles ---------------------------------------------------------------------------
+#
+# Where the CPU has AMX (and Linux grants the tile state), both products of a
+# tile run on bf16 tiles with float32 accumulation (kernels/amx_batch.c): each
+# float32 operand split into bf16 pieces, the products of the pieces summed.
+# The scores take three pieces a side and six products (float32-like: the
+# logits are multiplied by beta), the read-out two pieces and three products
+# (hi hi + hi lo + lo hi: each product within 3 2^-16 of exact, relative).
+# The addresses' pieces are packed once per state and kept until it changes.
+
+SCORE_PRECISION = 6  # products of pieces for the scores (6: float32-like; 3: ~2^-16)
+READ_PRECISION = 3   # and for the read-out
+_PIECES = {3: 2, 6: 3}
+_forced_off = os.environ.get("HOPMEM_AMX", "").strip() == "0"
+
+
+def force_fallback(on: bool) -> None:
+    """Read batches with float32 BLAS even where AMX is available (for tests and comparisons)."""
+    global _forced_off
+    _forced_off = bool(on)
+
+
+def amx_active() -> bool:
+    """Whether blocked batches run on AMX bf16 tiles here (the CPU has them, not forced off)."""
+    return not _forced_off and _kernel.amx_available()
+
+
+def _pad(n: int) -> int:
+    return (n + 31) // 32 * 32
+
+
+class _Packed:
+    """The addresses' bf16 pieces, per tile of rows, in both products' layouts."""
+
+    def __init__(self, state: Any) -> None:
+        n, d = int(state.size), int(state.dim)
+        A = state.addresses[:n]
+        self.addresses = weakref.ref(state.addresses)
+        self.key = (n, int(state.writes), int(state.next_id))
+        dp = _pad(d)
+        sp, rp = _PIECES[SCORE_PRECISION], _PIECES[READ_PRECISION]
+        # scores: B = tile^T (d x rows); read-out: B = tile (rows x d)
+        self.scores = [_kernel.amx_pack_b(A[lo:lo + TILE_ROWS].T, sp, dp, _pad(len(A[lo:lo + TILE_ROWS])))
+                       for lo in range(0, n, TILE_ROWS)]
+        self.reads = [_kernel.amx_pack_b(A[lo:lo + TILE_ROWS], rp, _pad(len(A[lo:lo + TILE_ROWS])), dp)
+                      for lo in range(0, n, TILE_ROWS)]
+        self.nbytes = sum(b.nbytes for b in self.scores) + sum(b.nbytes for b in self.reads)
+
+    def fresh(self, state: Any) -> bool:
+        return (self.addresses() is state.addresses
+                and self.key == (int(state.size), int(state.writes), int(state.next_id)))
+
+
+_PACKED: weakref.WeakKeyDictionary[Any, _Packed] = weakref.WeakKeyDictionary()
+_PACK_LOCK = threading.Lock()
+
+
+def _packed(state: Any) -> _Packed:
+    """The state's packed pieces, built on first use and again after any change."""
+    with _PACK_LOCK:
+        got = _PACKED.get(state)
+        if got is None or not got.fresh(state):
+            got = None
+            _PACKED.pop(state, None)  # free the stale pieces before building
+            got = _Packed(state)
+            _PACKED[state] = got
+        return got
+
+
+def packed_bytes(state: Any) -> int:
+    """Bytes held for the state's AMX pieces (0 when none are built)."""
+    got = _PACKED.get(state)
+    return 0 if got is None else got.nbytes
+
+
+def _step_amx(P: _Packed, scale: np.ndarray | None, Qu: np.ndarray, beta: float,
+              n: int) -> np.ndarray:
+    """``_step`` with both products on AMX tiles (the same softmax, in NumPy)."""
+    nq, d = Qu.shape
+    mp, dp = _pad(nq), _pad(d)
+    sp, rp = _PIECES[SCORE_PRECISION], _PIECES[READ_PRECISION]
+    Qs = np.empty((sp, mp, dp), dtype=np.uint16)
+    _kernel.amx_split(Qu, None, sp, mp, dp, Qs)
+    S = np.empty((mp, _pad(min(n, TILE_ROWS))), dtype=np.float32)
+    W = np.empty((rp, mp, S.shape[1]), dtype=np.uint16)
+    Y = np.empty((mp, dp), dtype=np.float32)
+    M = np.full(nq, -np.inf)
+    acc = np.zeros((nq, d))
+    b = np.float32(beta)
+    for t, lo in enumerate(range(0, n, TILE_ROWS)):
+        nt = min(TILE_ROWS, n - lo)
+        ntp = _pad(nt)
+        _kernel.amx_gemm(Qs, P.scores[t], S[:, :ntp], SCORE_PRECISION)
+        St = S[:nq, :nt]  # float32 logits, queries x rows
+        St *= b
+        top = St.max(axis=1).astype(np.float64)
+        new = np.maximum(M, top)
+        St -= new.astype(np.float32)[:, None]  # each max a float32 value: exact
+        np.exp(St, out=St)
+        Wt = W if ntp == W.shape[2] else np.empty((rp, mp, ntp), dtype=np.uint16)
+        _kernel.amx_split(St, None if scale is None else scale[lo:lo + nt], rp, mp, ntp, Wt)
+        _kernel.amx_gemm(Wt, P.reads[t], Y, READ_PRECISION)
+        acc *= np.exp(M - new)[:, None]  # 0 for the first tile
+        acc += Y[:nq, :d]
+        M = new
+    return acc
+
+
 def _step(A: np.ndarray, scale: np.ndarray | None, Qu: np.ndarray, beta: float) -> np.ndarray:
     """sum_j exp(beta A_j . q - M_q) scale_j A_j for each unit float32 query q (float64 rows)."""
     nq, d = Qu.shape
@@ -95,15 +209,23 @@ def read_batch(state: Any, cfg: Any, Q: np.ndarray, fast: bool) -> np.ndarray:
     n = int(state.size)
     A = state.addresses[:n]
     beta = float(cfg.beta)
+    step: Any
+    if amx_active():
+        packed = _packed(state)
+
+        def step(A: np.ndarray, scale: np.ndarray | None, Qu: np.ndarray, beta: float) -> np.ndarray:
+            return _step_amx(packed, scale, Qu, beta, n)
+    else:
+        step = _step
     if fast:
         scale = state.norms[:n].astype(np.float32)
-        acc = _step(A, scale, _unit32(Q.astype(np.float64)), beta)
+        acc = step(A, scale, _unit32(Q.astype(np.float64)), beta)
         return _normalized(acc).astype(np.float32)
     xi = _normalized(Q.astype(np.float64))
     steps = np.zeros(len(Q), dtype=np.int64)
     active = np.arange(len(Q)) if cfg.t_max > 0 else np.arange(0)
     while active.size:
-        nxt = _normalized(_step(A, None, _unit32(xi[active]), beta))
+        nxt = _normalized(step(A, None, _unit32(xi[active]), beta))
         old = xi[active]
         na = np.sqrt(np.einsum("ij,ij->i", old, old))
         nb = np.sqrt(np.einsum("ij,ij->i", nxt, nxt))

@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 cimport numpy as cnp
-from libc.stdint cimport int64_t, int32_t, int8_t, uint32_t, uint64_t
+from libc.stdint cimport int64_t, int32_t, int8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from scipy.linalg.cython_blas cimport sgemm
 
@@ -27,6 +27,16 @@ cdef extern from "hopmem_threads.h" nogil:
     double HM_CHUNK_WORK
     int HM_MAX_THREADS
 
+
+cdef extern from "amx_batch.h" nogil:
+    int hm_amx_available()
+    int hm_amx_split_a(const float *src, int64_t rows, int64_t cols, int64_t lds,
+                       const float *colscale, int pieces, int64_t rows_p, int64_t cols_p,
+                       uint16_t *out)
+    int hm_amx_pack_b(const float *src, int64_t sk, int64_t sn, int64_t K, int64_t N,
+                      int pieces, int64_t Kp, int64_t Np, uint16_t *out)
+    int hm_amx_gemm(const uint16_t *A, int a_pieces, const uint16_t *B, int b_pieces,
+                    float *C, int64_t ldc, int64_t Mp, int64_t Np, int64_t Kp, int precision)
 
 cdef extern from "hopmem_kernel.h" nogil:
     ctypedef struct hm_state:
@@ -849,3 +859,68 @@ def search_unit(const float[:, ::1] A, half, const float[:, ::1] Q, int64_t k):
     if rc < 0:
         _raise(rc, "search")
     return rows, top
+
+
+# AMX bf16 tile products for batched reads (kernels/amx_batch.h, hopmem/_batched.py).
+
+def amx_available():
+    """Whether this CPU, OS and build run AMX bf16 tiles (asks Linux once for the tile state)."""
+    return bool(hm_amx_available())
+
+
+def amx_split(const float[:, :] src, colscale, int pieces, int64_t rows_p, int64_t cols_p,
+              uint16_t[:, :, ::1] out):
+    """out[p] = bf16 piece p of src (times colscale per column, float32), zero padded.
+
+    src: rows with unit element stride; out: (pieces, rows_p, cols_p)."""
+    cdef int64_t rows = src.shape[0], cols = src.shape[1]
+    cdef int64_t lds = src.strides[0] // 4 if rows > 1 else cols
+    cdef const float[::1] sc
+    cdef const float *scp = NULL
+    cdef const float *sp = NULL
+    if cols > 1 and src.strides[1] != 4:
+        raise ValueError("src: expected rows of contiguous float32, got strides " + str(src.strides[1]))
+    if out.shape[0] != pieces or out.shape[1] != rows_p or out.shape[2] != cols_p:
+        raise ValueError("out: expected shape (pieces, rows_p, cols_p)")
+    if colscale is not None:
+        sc = colscale
+        if sc.shape[0] != cols:
+            raise ValueError("colscale: expected one float32 per column")
+        if cols > 0:
+            scp = &sc[0]
+    if rows > 0 and cols > 0:
+        sp = &src[0, 0]
+    cdef int rc
+    with nogil:
+        rc = hm_amx_split_a(sp, rows if cols > 0 else 0, cols, lds, scp, pieces, rows_p, cols_p, &out[0, 0, 0])
+    if rc < 0:
+        raise ValueError("amx_split: expected AMX and pieces 1 to 3 within the padded shape")
+
+
+def amx_pack_b(const float[:, :] src, int pieces, int64_t Kp, int64_t Np):
+    """The bf16 pieces of src (K x N) in the AMX B layout, (pieces, Kp * Np) uint16."""
+    cdef int64_t K = src.shape[0], N = src.shape[1]
+    out = np.empty((pieces, Kp * Np), dtype=np.uint16)
+    cdef uint16_t[:, ::1] o = out
+    cdef int64_t sk = src.strides[0] // 4, sn = src.strides[1] // 4
+    cdef const float *sp = &src[0, 0] if K > 0 and N > 0 else NULL
+    cdef int rc
+    with nogil:
+        rc = hm_amx_pack_b(sp, sk, sn, K if N > 0 else 0, N if K > 0 else 0, pieces, Kp, Np, &o[0, 0])
+    if rc < 0:
+        raise ValueError("amx_pack_b: expected AMX, pieces 1 to 3 and Kp, Np multiples of 32")
+    return out
+
+
+def amx_gemm(const uint16_t[:, :, ::1] A, const uint16_t[:, ::1] B, float[:, :] C, int precision):
+    """C (Mp x Np) = A (pieces, Mp, Kp) times B (pieces, Kp * Np, AMX layout), precision 3 or 6."""
+    cdef int64_t Mp = A.shape[1], Kp = A.shape[2], Np = C.shape[1]
+    cdef int64_t ldc = C.strides[0] // 4
+    if C.shape[0] != Mp or B.shape[1] != Kp * Np or (Np > 1 and C.strides[1] != 4):
+        raise ValueError("amx_gemm: expected A (p, Mp, Kp), B (p, Kp * Np), C (Mp, Np) with contiguous rows")
+    cdef int rc
+    with nogil:
+        rc = hm_amx_gemm(&A[0, 0, 0], <int>A.shape[0], &B[0, 0], <int>B.shape[0], &C[0, 0], ldc,
+                         Mp, Np, Kp, precision)
+    if rc < 0:
+        raise ValueError("amx_gemm: expected AMX, multiples of 32 and enough pieces for the precision")

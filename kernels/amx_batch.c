@@ -1,0 +1,245 @@
+/* AMX bf16 tile products for batched reads; see amx_batch.h.
+ *
+ * Only the functions marked HM_AMX_TARGET use AMX and AVX-512 instructions,
+ * and only after hm_amx_available() said yes: the rest of the extension stays
+ * portable (no -march flags), and a build without AMX support in the compiler
+ * gets stubs.
+ */
+#include "amx_batch.h"
+
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__linux__) && \
+    ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11))
+#define HM_HAVE_AMX 1
+#endif
+
+#ifdef HM_HAVE_AMX
+
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define HM_AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw")))
+
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+static int amx_state = -1; /* -1 unknown, 0 no, 1 yes */
+
+static int amx_probe(void)
+{
+    unsigned a, b, c, d;
+    if (__get_cpuid_max(0, 0) < 7)
+        return 0;
+    __cpuid(1, a, b, c, d);
+    if (!(c & (1u << 27)))            /* OSXSAVE */
+        return 0;
+    __cpuid_count(7, 0, a, b, c, d);
+    if (!(d & (1u << 22)) || !(d & (1u << 24)))  /* AMX-BF16, AMX-TILE */
+        return 0;
+    if (!(b & (1u << 16)) || !(b & (1u << 30)))  /* AVX512F, AVX512BW */
+        return 0;
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    /* XCR0: SSE, AVX, opmask, ZMM halves, tile config and data */
+    const unsigned need = (1u << 1) | (1u << 2) | (1u << 5) | (1u << 6) | (1u << 7) | (1u << 17) | (1u << 18);
+    if ((lo & need) != need)
+        return 0;
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0)
+        return 0;
+    return 1;
+}
+
+int hm_amx_available(void)
+{
+    int s = __atomic_load_n(&amx_state, __ATOMIC_ACQUIRE);
+    if (s < 0) {  /* racing first calls probe twice, to the same answer */
+        s = amx_probe();
+        __atomic_store_n(&amx_state, s, __ATOMIC_RELEASE);
+    }
+    return s;
+}
+
+/* bf16 bits of x rounded to nearest even (x finite), and that value as float */
+#define HM_BF16_SPLIT(x, bits, back)                                   \
+    do {                                                               \
+        uint32_t u_;                                                   \
+        memcpy(&u_, &(x), 4);                                          \
+        u_ = (u_ + 0x7FFFu + ((u_ >> 16) & 1u)) & 0xFFFF0000u;         \
+        (bits) = (uint16_t)(u_ >> 16);                                 \
+        memcpy(&(back), &u_, 4);                                       \
+    } while (0)
+
+HM_AMX_TARGET
+int hm_amx_split_a(const float *src, int64_t rows, int64_t cols, int64_t lds,
+                   const float *colscale, int pieces, int64_t rows_p, int64_t cols_p,
+                   uint16_t *out)
+{
+    if (pieces < 1 || pieces > 3 || rows > rows_p || cols > cols_p)
+        return -1;
+    const int64_t psz = rows_p * cols_p;
+    for (int64_t r = 0; r < rows_p; r++) {
+        uint16_t *o0 = out + r * cols_p;
+        if (r >= rows) {
+            for (int p = 0; p < pieces; p++)
+                memset(o0 + p * psz, 0, (size_t)cols_p * 2);
+            continue;
+        }
+        const float *s = src + r * lds;
+        if (pieces == 2) {
+            uint16_t *o1 = o0 + psz;
+            for (int64_t c = 0; c < cols; c++) {
+                float x = colscale ? s[c] * colscale[c] : s[c], h, l;
+                uint16_t bh, bl;
+                HM_BF16_SPLIT(x, bh, h);
+                x = x - h;
+                HM_BF16_SPLIT(x, bl, l);
+                (void)l;
+                o0[c] = bh;
+                o1[c] = bl;
+            }
+        } else if (pieces == 3) {
+            uint16_t *o1 = o0 + psz, *o2 = o0 + 2 * psz;
+            for (int64_t c = 0; c < cols; c++) {
+                float x = colscale ? s[c] * colscale[c] : s[c], v;
+                uint16_t b0, b1, b2;
+                HM_BF16_SPLIT(x, b0, v);
+                x = x - v;
+                HM_BF16_SPLIT(x, b1, v);
+                x = x - v;
+                HM_BF16_SPLIT(x, b2, v);
+                o0[c] = b0;
+                o1[c] = b1;
+                o2[c] = b2;
+            }
+        } else {
+            for (int64_t c = 0; c < cols; c++) {
+                float x = colscale ? s[c] * colscale[c] : s[c], v;
+                uint16_t b0;
+                HM_BF16_SPLIT(x, b0, v);
+                (void)v;
+                o0[c] = b0;
+            }
+        }
+        for (int p = 0; p < pieces; p++)
+            memset(o0 + p * psz + cols, 0, (size_t)(cols_p - cols) * 2);
+    }
+    return 0;
+}
+
+int hm_amx_pack_b(const float *src, int64_t sk, int64_t sn, int64_t K, int64_t N,
+                  int pieces, int64_t Kp, int64_t Np, uint16_t *out)
+{
+    if (pieces < 1 || pieces > 3 || K > Kp || N > Np || Kp % 32 || Np % 32)
+        return -1;
+    const int64_t psz = Kp * Np, nkc = Kp / 32;
+    for (int64_t k = 0; k < Kp; k++) {
+        for (int64_t n = 0; n < Np; n++) {
+            float x = (k < K && n < N) ? src[k * sk + n * sn] : 0.0f, v;
+            int64_t idx = ((n / 16) * nkc + k / 32) * 512 + (k % 32 / 2) * 32 + (n % 16) * 2 + k % 2;
+            uint16_t bits;
+            for (int p = 0; p < pieces; p++) {
+                HM_BF16_SPLIT(x, bits, v);
+                out[p * psz + idx] = bits;
+                x = x - v;
+            }
+        }
+    }
+    return 0;
+}
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} hm_tilecfg;
+
+/* (A piece, B piece) products, smallest first; precision 3 is the last three. */
+static const int PAIR_A[6] = {2, 1, 0, 1, 0, 0};
+static const int PAIR_B[6] = {0, 1, 2, 0, 1, 0};
+
+HM_AMX_TARGET
+int hm_amx_gemm(const uint16_t *A, int a_pieces, const uint16_t *B, int b_pieces,
+                float *C, int64_t ldc, int64_t Mp, int64_t Np, int64_t Kp, int precision)
+{
+    int first;
+    if (precision == 6 && a_pieces >= 3 && b_pieces >= 3)
+        first = 0;
+    else if (precision == 3 && a_pieces >= 2 && b_pieces >= 2)
+        first = 3;
+    else
+        return -1;
+    if (Mp % 32 || Np % 32 || Kp % 32 || ldc < Np || !hm_amx_available())
+        return -1;
+    hm_tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.rows[t] = 16;
+        cfg.colsb[t] = 64;
+    }
+    _tile_loadconfig(&cfg);
+    const int64_t asz = Mp * Kp, bsz = Kp * Np, nkc = Kp / 32;
+    const int64_t lda_b = Kp * 2, ldc_b = ldc * 4;
+    for (int64_t n0 = 0; n0 < Np; n0 += 32) {
+        for (int64_t m0 = 0; m0 < Mp; m0 += 32) {
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+            for (int64_t kc = 0; kc < nkc; kc++) {
+                for (int q = first; q < 6; q++) {
+                    const uint16_t *a = A + PAIR_A[q] * asz + m0 * Kp + kc * 32;
+                    const uint16_t *b = B + PAIR_B[q] * bsz + ((n0 / 16) * nkc + kc) * 512;
+                    _tile_loadd(4, a, lda_b);
+                    _tile_loadd(5, a + 16 * Kp, lda_b);
+                    _tile_loadd(6, b, 64);
+                    _tile_loadd(7, b + nkc * 512, 64);
+                    _tile_dpbf16ps(0, 4, 6);
+                    _tile_dpbf16ps(1, 4, 7);
+                    _tile_dpbf16ps(2, 5, 6);
+                    _tile_dpbf16ps(3, 5, 7);
+                }
+            }
+            float *c = C + m0 * ldc + n0;
+            _tile_stored(0, c, ldc_b);
+            _tile_stored(1, c + 16, ldc_b);
+            _tile_stored(2, c + 16 * ldc, ldc_b);
+            _tile_stored(3, c + 16 * ldc + 16, ldc_b);
+        }
+    }
+    _tile_release();
+    return 0;
+}
+
+#else /* no AMX in this build */
+
+int hm_amx_available(void) { return 0; }
+
+int hm_amx_split_a(const float *src, int64_t rows, int64_t cols, int64_t lds,
+                   const float *colscale, int pieces, int64_t rows_p, int64_t cols_p,
+                   uint16_t *out)
+{
+    (void)src; (void)rows; (void)cols; (void)lds; (void)colscale; (void)pieces;
+    (void)rows_p; (void)cols_p; (void)out;
+    return -1;
+}
+
+int hm_amx_pack_b(const float *src, int64_t sk, int64_t sn, int64_t K, int64_t N,
+                  int pieces, int64_t Kp, int64_t Np, uint16_t *out)
+{
+    (void)src; (void)sk; (void)sn; (void)K; (void)N; (void)pieces; (void)Kp; (void)Np; (void)out;
+    return -1;
+}
+
+int hm_amx_gemm(const uint16_t *A, int a_pieces, const uint16_t *B, int b_pieces,
+                float *C, int64_t ldc, int64_t Mp, int64_t Np, int64_t Kp, int precision)
+{
+    (void)A; (void)a_pieces; (void)B; (void)b_pieces; (void)C; (void)ldc; (void)Mp; (void)Np;
+    (void)Kp; (void)precision;
+    return -1;
+}
+
+#endif
