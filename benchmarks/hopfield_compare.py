@@ -157,40 +157,87 @@ def single_reads(reps: int, sizes: tuple[int, ...]) -> list[str]:
     return lines
 
 
+def _float32_blas(f: Callable[[], object]) -> Callable[[], object]:
+    """``f`` with blocked batches forced onto float32 BLAS (no AMX tiles)."""
+    from hopmem import _batched
+
+    def run() -> object:
+        _batched.force_fallback(True)
+        try:
+            return f()
+        finally:
+            _batched.force_fallback(False)
+    return run
+
+
+def _from_float64(mem: Memory, X: np.ndarray, Q: np.ndarray, got: np.ndarray) -> float:
+    """Largest |read - float64 textbook fast read| over the batch (unit read-outs)."""
+    X64 = X.astype(np.float64)
+    Q64 = Q.astype(np.float64)
+    Q64 /= np.linalg.norm(Q64, axis=1, keepdims=True)
+    S = BETA * (Q64 @ X64.T)
+    V = np.exp(S - S.max(axis=1, keepdims=True)) @ X64
+    V /= np.linalg.norm(V, axis=1, keepdims=True)
+    return float(np.linalg.norm(got.astype(np.float64) - V, axis=1).max())
+
+
 def batch_reads(reps: int, n: int) -> list[str]:
+    from hopmem import _batched
+
     rng = np.random.default_rng(2)
     mem = Memory(D, mode="plain", k=n, beta=BETA, t_max=STEPS, epsilon=0.0)
     mem.write(unit_patterns(n, D, 0))
     X = shared_patterns(mem, n)
     Q = (X[rng.integers(0, n, BATCH)] + 0.5 * rng.standard_normal((BATCH, D)).astype(np.float32)
          / np.sqrt(D)).astype(np.float32)
-    # A batch this size runs as blocked GEMMs (hopmem/_batched.py): within the
-    # documented bound of single reads, not their bits.
+    amx = _batched.amx_active()
+    # A batch this size runs as blocked products (hopmem/_batched.py), on AMX
+    # bf16 tiles where the CPU has them: within the documented bound of single
+    # reads, not their bits.
     diff = {s: float(np.abs(mem.read(Q, s) - np.stack([mem.read(q, s) for q in Q])).max())
             for s in ("fast", "iterative")}
     assert max(diff.values()) < 1e-5, diff
-    t = interleaved({
+    contenders: dict[str, Callable[[], object]] = {
         "batch fast": lambda: mem.read(Q, "fast"),
         "batch iter": lambda: mem.read(Q, "iterative"),
         "single fast": lambda: [mem.read(q, "fast") for q in Q],
         "np batch": lambda: textbook_batch(X, Q, BETA),
         "gemm": lambda: Q @ X.T,
-    }, reps)
+    }
+    if amx:
+        contenders["f32 fast"] = _float32_blas(contenders["batch fast"])
+        contenders["f32 iter"] = _float32_blas(contenders["batch iter"])
+    t = interleaved(contenders, reps)
     gemm = t["gemm"]
+    on = "AMX bf16 tiles" if amx else "float32 BLAS"
     lines = [f"Plain, full activation, N = {n:,}, d = {D}, batch of {BATCH} (per query, "
              "median (p10-p90) µs):", "",
              "| read | per query | / GEMM share | / 64 single reads |", "|---|---|---|---|",
              f"| GEMM floor `Q @ X.T` | {_us(gemm, BATCH)} | 1.00x | |",
              f"| NumPy textbook batch step (2 GEMMs + softmax) | {_us(t['np batch'], BATCH)} | "
              f"{_ratio(t['np batch'], gemm):.2f}x | |",
-             f"| hopmem fast, batch | {_us(t['batch fast'], BATCH)} | "
+             f"| hopmem fast, batch ({on}) | {_us(t['batch fast'], BATCH)} | "
              f"{_ratio(t['batch fast'], gemm):.2f}x | {_ratio(t['batch fast'], t['single fast']):.2f}x |",
-             f"| hopmem iterative ({STEPS} steps), batch | {_us(t['batch iter'], BATCH)} | "
-             f"{_ratio(t['batch iter'], gemm):.2f}x | |",
-             f"| hopmem fast, 64 single reads | {_us(t['single fast'], BATCH)} | "
-             f"{_ratio(t['single fast'], gemm):.2f}x | 1.00x |", "",
-             f"Largest difference from single reads: {diff['fast']:.1e} (fast), "
-             f"{diff['iterative']:.1e} (iterative)."]
+             f"| hopmem iterative ({STEPS} steps), batch ({on}) | {_us(t['batch iter'], BATCH)} | "
+             f"{_ratio(t['batch iter'], gemm):.2f}x | |"]
+    if amx:
+        lines += [f"| hopmem fast, batch (float32 BLAS) | {_us(t['f32 fast'], BATCH)} | "
+                  f"{_ratio(t['f32 fast'], gemm):.2f}x | {_ratio(t['f32 fast'], t['single fast']):.2f}x |",
+                  f"| hopmem iterative ({STEPS} steps), batch (float32 BLAS) | "
+                  f"{_us(t['f32 iter'], BATCH)} | {_ratio(t['f32 iter'], gemm):.2f}x | |"]
+    lines += [f"| hopmem fast, 64 single reads | {_us(t['single fast'], BATCH)} | "
+              f"{_ratio(t['single fast'], gemm):.2f}x | 1.00x |", "",
+              f"Largest difference from single reads: {diff['fast']:.1e} (fast), "
+              f"{diff['iterative']:.1e} (iterative)."]
+    Qu = (Q / np.linalg.norm(Q, axis=1, keepdims=True)).astype(np.float32)  # as the memory reads
+    np32 = textbook_batch(X, Qu, BETA)
+    np32 /= np.linalg.norm(np32, axis=1, keepdims=True)
+    err = [f"{on} {_from_float64(mem, X, Q, mem.read(Q, 'fast')):.1e}"]
+    if amx:
+        f32 = np.asarray(_float32_blas(lambda: mem.read(Q, "fast"))())
+        err.append(f"float32 BLAS {_from_float64(mem, X, Q, f32):.1e}")
+    err.append(f"NumPy float32 textbook {_from_float64(mem, X, Q, np32):.1e}")
+    lines.append("Largest distance of a fast batch read from a float64 textbook: " + ", ".join(err) + ".")
     return lines
 
 
