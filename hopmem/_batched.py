@@ -32,7 +32,7 @@ import numpy as np
 
 from . import _kernel
 
-__all__ = ["TILE_ROWS", "MIN_BATCH", "MIN_ROWS", "SCORE_PRECISION", "READ_PRECISION",
+__all__ = ["TILE_ROWS", "MIN_BATCH", "MIN_ROWS", "AMX_TILE_ROWS", "SCORE_PRECISION", "READ_PRECISION",
            "applies", "read_batch", "amx_active", "force_fallback", "packed_bytes"]
 
 TILE_ROWS = 1024  # rows per tile: the read-out's float32 sums run over at most this many
@@ -82,7 +82,8 @@ def _normalized(V: np.ndarray) -> np.ndarray:
 # (hi hi + hi lo + lo hi: each product within 3 2^-16 of exact, relative).
 # The addresses' pieces are packed once per state and kept until it changes.
 
-SCORE_PRECISION = 6  # products of pieces for the scores (6: float32-like; 3: ~2^-16)
+AMX_TILE_ROWS = 2048  # rows per tile of scores and softmax (the read-out still sums TILE_ROWS)
+SCORE_PRECISION = 3  # products of pieces for the scores (6: float32-like; 3: ~2^-16)
 READ_PRECISION = 3   # and for the read-out
 _PIECES = {3: 2, 6: 3}
 _forced_off = os.environ.get("HOPMEM_AMX", "").strip() == "0"
@@ -113,9 +114,11 @@ class _Packed:
         self.key = (n, int(state.writes), int(state.next_id))
         dp = _pad(d)
         sp, rp = _PIECES[SCORE_PRECISION], _PIECES[READ_PRECISION]
-        # scores: B = tile^T (d x rows); read-out: B = tile (rows x d)
-        self.scores = [_kernel.amx_pack_b(A[lo:lo + TILE_ROWS].T, sp, dp, _pad(len(A[lo:lo + TILE_ROWS])))
-                       for lo in range(0, n, TILE_ROWS)]
+        # scores: B = tile^T (d x rows), tiles of AMX_TILE_ROWS; read-out:
+        # B = tile (rows x d), tiles of TILE_ROWS (the float32 sums' length)
+        self.scores = [_kernel.amx_pack_b(A[lo:lo + AMX_TILE_ROWS].T, sp, dp,
+                                          _pad(len(A[lo:lo + AMX_TILE_ROWS])))
+                       for lo in range(0, n, AMX_TILE_ROWS)]
         self.reads = [_kernel.amx_pack_b(A[lo:lo + TILE_ROWS], rp, _pad(len(A[lo:lo + TILE_ROWS])), dp)
                       for lo in range(0, n, TILE_ROWS)]
         self.nbytes = sum(b.nbytes for b in self.scores) + sum(b.nbytes for b in self.reads)
@@ -154,28 +157,31 @@ def _step_amx(P: _Packed, scale: np.ndarray | None, Qu: np.ndarray, beta: float,
     mp, dp = _pad(nq), _pad(d)
     sp, rp = _PIECES[SCORE_PRECISION], _PIECES[READ_PRECISION]
     Qs = np.empty((sp, mp, dp), dtype=np.uint16)
-    _kernel.amx_split(Qu, None, sp, mp, dp, Qs)
-    S = np.empty((mp, _pad(min(n, TILE_ROWS))), dtype=np.float32)
-    W = np.empty((rp, mp, S.shape[1]), dtype=np.uint16)
+    b = np.float32(beta)
+    # the pieces of beta q (float32 products): the products give the logits
+    _kernel.amx_split(Qu, np.full(d, b, dtype=np.float32), sp, mp, dp, Qs)
+    S = np.empty((mp, _pad(min(n, AMX_TILE_ROWS))), dtype=np.float32)
+    W = np.empty((rp, mp, _pad(min(n, TILE_ROWS))), dtype=np.uint16)
     Y = np.empty((mp, dp), dtype=np.float32)
     M = np.full(nq, -np.inf)
     acc = np.zeros((nq, d))
-    b = np.float32(beta)
-    for t, lo in enumerate(range(0, n, TILE_ROWS)):
-        nt = min(TILE_ROWS, n - lo)
-        ntp = _pad(nt)
-        _kernel.amx_gemm(Qs, P.scores[t], S[:, :ntp], SCORE_PRECISION)
-        St = S[:nq, :nt]  # float32 logits, queries x rows
-        St *= b
+    for t, lo in enumerate(range(0, n, AMX_TILE_ROWS)):
+        nt = min(AMX_TILE_ROWS, n - lo)
+        _kernel.amx_gemm(Qs, P.scores[t], S[:, :_pad(nt)], SCORE_PRECISION)
+        St = S[:nq, :nt]  # float32 logits (beta q . a), queries x rows
         top = St.max(axis=1).astype(np.float64)
         new = np.maximum(M, top)
         St -= new.astype(np.float32)[:, None]  # each max a float32 value: exact
         np.exp(St, out=St)
-        Wt = W if ntp == W.shape[2] else np.empty((rp, mp, ntp), dtype=np.uint16)
-        _kernel.amx_split(St, None if scale is None else scale[lo:lo + nt], rp, mp, ntp, Wt)
-        _kernel.amx_gemm(Wt, P.reads[t], Y, READ_PRECISION)
         acc *= np.exp(M - new)[:, None]  # 0 for the first tile
-        acc += Y[:nq, :d]
+        for s0 in range(0, nt, TILE_ROWS):  # read-out: float32 sums over TILE_ROWS rows
+            ns = min(TILE_ROWS, nt - s0)
+            nsp = _pad(ns)
+            Wt = W if nsp == W.shape[2] else np.empty((rp, mp, nsp), dtype=np.uint16)
+            sc = None if scale is None else scale[lo + s0:lo + s0 + ns]
+            _kernel.amx_split(St[:, s0:s0 + ns], sc, rp, mp, nsp, Wt)
+            _kernel.amx_gemm(Wt, P.reads[(lo + s0) // TILE_ROWS], Y, READ_PRECISION)
+            acc += Y[:nq, :d]
         M = new
     return acc
 

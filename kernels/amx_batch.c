@@ -156,19 +156,15 @@ typedef struct {
     uint8_t rows[16];
 } hm_tilecfg;
 
-/* (A piece, B piece) products, smallest first; precision 3 is the last three. */
-static const int PAIR_A[6] = {2, 1, 0, 1, 0, 0};
-static const int PAIR_B[6] = {0, 1, 2, 0, 1, 0};
-
 HM_AMX_TARGET
 int hm_amx_gemm(const uint16_t *A, int a_pieces, const uint16_t *B, int b_pieces,
                 float *C, int64_t ldc, int64_t Mp, int64_t Np, int64_t Kp, int precision)
 {
-    int first;
+    int top; /* the products a_i b_j with i + j <= top */
     if (precision == 6 && a_pieces >= 3 && b_pieces >= 3)
-        first = 0;
+        top = 2;
     else if (precision == 3 && a_pieces >= 2 && b_pieces >= 2)
-        first = 3;
+        top = 1;
     else
         return -1;
     if (Mp % 32 || Np % 32 || Kp % 32 || ldc < Np || !hm_amx_available())
@@ -189,18 +185,23 @@ int hm_amx_gemm(const uint16_t *A, int a_pieces, const uint16_t *B, int b_pieces
             _tile_zero(1);
             _tile_zero(2);
             _tile_zero(3);
+            /* per 32 of K: each A piece loaded once, then the B pieces it
+             * multiplies, smallest products first (precision 6: a2 b0, a1 b1,
+             * a1 b0, a0 b2, a0 b1, a0 b0; precision 3: a1 b0, a0 b1, a0 b0) */
             for (int64_t kc = 0; kc < nkc; kc++) {
-                for (int q = first; q < 6; q++) {
-                    const uint16_t *a = A + PAIR_A[q] * asz + m0 * Kp + kc * 32;
-                    const uint16_t *b = B + PAIR_B[q] * bsz + ((n0 / 16) * nkc + kc) * 512;
+                for (int ap = top; ap >= 0; ap--) {
+                    const uint16_t *a = A + ap * asz + m0 * Kp + kc * 32;
                     _tile_loadd(4, a, lda_b);
                     _tile_loadd(5, a + 16 * Kp, lda_b);
-                    _tile_loadd(6, b, 64);
-                    _tile_loadd(7, b + nkc * 512, 64);
-                    _tile_dpbf16ps(0, 4, 6);
-                    _tile_dpbf16ps(1, 4, 7);
-                    _tile_dpbf16ps(2, 5, 6);
-                    _tile_dpbf16ps(3, 5, 7);
+                    for (int bp = top - ap; bp >= 0; bp--) {
+                        const uint16_t *b = B + bp * bsz + ((n0 / 16) * nkc + kc) * 512;
+                        _tile_loadd(6, b, 64);
+                        _tile_loadd(7, b + nkc * 512, 64);
+                        _tile_dpbf16ps(0, 4, 6);
+                        _tile_dpbf16ps(1, 4, 7);
+                        _tile_dpbf16ps(2, 5, 6);
+                        _tile_dpbf16ps(3, 5, 7);
+                    }
                 }
             }
             float *c = C + m0 * ldc + n0;

@@ -56,19 +56,28 @@ def textbook64(Y: np.ndarray, c: np.ndarray, beta: float) -> np.ndarray:
 def amx_bound(Y: np.ndarray, v: np.ndarray, beta: float, d: int) -> float:
     """|batch read - normalize(v)|_2 for a blocked batch read on AMX tiles (docs/hopfield.md).
 
-    Scores: three bf16 pieces hold a float32 exactly, the six products drop
-    terms within 2^-23 (relative), the tiles' float32 sums of 6 d products err
-    by at most one unit in the last place each (2^-23), the query's rounding
-    2^-24: delta = (12 d + 4) 2^-24 (plus d 2^-100 for flushed subnormal
-    pieces). The logit, shift, exp and scale by the norm add what the float32
-    path's do. Read-out: two pieces leave 2^-16 of each operand, the three
-    products drop within 2^-14 of each term (relative), the sums of 3 T
-    products per tile 6 T 2^-24, the address's rounding 2^-24; weights that
-    flush to zero (below 2^-109) add at most n 2^-109 in all.
+    A product of pieces is exact in float32; the tiles' float32 sums err by at
+    most one unit in the last place (2^-23) an added product. Scores, as a
+    fraction of |q| |a_j| = 1 (the query rounded to float32: 2^-24): with
+    two pieces a side (precision 3) each operand keeps its value within 2^-16
+    and the three products drop at most 2^-14 of a term, and the sums of 3 d
+    products add 6 d 2^-24; with three pieces (precision 6) a float32 is held
+    exactly, the six products drop at most 2^-23, and the sums of 6 d
+    products add 12 d 2^-24 (flushed subnormal pieces at most d 2^-100). The
+    logit (beta q rounded before the product), its shift and exp and the
+    scale by the norm add what the float32 path's do. Read-out (precision 3):
+    2^-14 of each term dropped, the sums of 3 T products a tile 6 T 2^-24,
+    the address's rounding 2^-24; weights that flush to zero (below 2^-109)
+    at most n 2^-109 in all.
     """
-    from hopmem._batched import TILE_ROWS
+    from hopmem._batched import READ_PRECISION, SCORE_PRECISION, TILE_ROWS
 
-    delta = (12.0 * d + 4.0) * U32 + d * 2.0 ** -100
+    assert (SCORE_PRECISION, READ_PRECISION) in ((3, 3), (6, 3))
+    if SCORE_PRECISION == 6:
+        delta = (12.0 * d + 3.0) * U32
+    else:
+        delta = 6.0 * d * U32 + 2.0 ** -14
+    delta += U32 + d * 2.0 ** -100
     eps = math.expm1(2.0 * beta * (delta + 3.0 * U32)) + 8.0 * U32
     read = (6.0 * TILE_ROWS + 1.0) * U32 + 2.0 ** -14
     ymax = float(np.sqrt((Y * Y).sum(axis=1)).max())
@@ -97,7 +106,7 @@ def test_the_switch_forces_the_float32_path_everywhere(fallback):
 
 @st.composite
 def amx_cases(draw):
-    n = draw(st.integers(_batched.MIN_ROWS, 2600))  # one to three tiles, any remainder
+    n = draw(st.integers(_batched.MIN_ROWS, 4400))  # one to three tiles, any remainder
     d = draw(st.integers(1, 70))  # below, across and above multiples of 32
     m = draw(st.integers(_batched.MIN_BATCH, 40))
     seed = draw(st.integers(0, 2**32 - 1))
@@ -163,8 +172,10 @@ def test_amx_pieces_follow_every_change_of_the_memory():
     before = mem.read(Q, "fast")
     snap = mem.snapshot()
     nbytes = _batched.packed_bytes(mem._state)
-    # scores: three pieces of d x rows, read-out: two of rows x d, each padded to 32
-    assert nbytes == 2 * 5 * 64 * 512
+    # scores: the pieces of d x rows, read-out: of rows x d, each padded to 32
+    pieces = {3: 2, 6: 3}
+    both = pieces[_batched.SCORE_PRECISION] + pieces[_batched.READ_PRECISION]
+    assert nbytes == 2 * both * 64 * 512
     mem.write(X[500:])
     assert _batched.applies(mem._state, mem.config, len(Q), True)
     np.testing.assert_array_equal(mem.read(Q, "fast"), full_memory(X, beta=8.0).read(Q, "fast"))
