@@ -162,11 +162,11 @@ def _float32_blas(f: Callable[[], object]) -> Callable[[], object]:
     from hopmem import _batched
 
     def run() -> object:
-        _batched.force_fallback(True)
+        before = _batched.force_fallback(True)
         try:
             return f()
         finally:
-            _batched.force_fallback(False)
+            _batched.force_fallback(before)
     return run
 
 

@@ -2,23 +2,39 @@
 
 A batch of queries against a plain memory that activates every location
 (``k >= L``) and whose locations are each one written input (weight 1) is the
-modern Hopfield update for many queries at once, which BLAS runs at its GEMM
-speed. Rows go in tiles of ``TILE_ROWS``: per tile, the scores of every query
-(one ``sgemm``, queries x rows), each query's running maximum logit, the
-weights ``exp(logit - max)`` (float32), and the weighted sum of the tile's
-rows (a second ``sgemm``), added in float64 to the query's accumulator after
-rescaling by ``exp(old max - new max)``: the online softmax of the streamed
-kernel with a GEMM-sized tile. A fast read reads each location out as its
-norm times its address (the input it holds), an iterative step the addresses
-(its unit patterns), as the streamed kernel does.
+modern Hopfield update for many queries at once, which runs at matrix-product
+speed. Rows go in tiles: per tile, the scores of every query (queries x
+rows), each query's running maximum logit, the weights ``exp(logit - max)``
+(float32), and the weighted sum of the tile's rows (a second product), added
+in float64 to the query's accumulator after rescaling by ``exp(old max - new
+max)``: the online softmax of the streamed kernel with a GEMM-sized tile. A
+fast read reads each location out as its norm times its address (the input it
+holds), an iterative step the addresses (its unit patterns), as the streamed
+kernel does.
 
-The arithmetic is float32 BLAS, not the kernel's fixed order, so a batch is not
-bit-equal to single reads; it stays within the bound docs/hopfield.md gives
-(tests/test_hopfield.py enforces it against a float64 evaluation). Its bits
-are deterministic for a given BLAS and BLAS thread count (the engine pins
-BLAS to ``HOPMEM_BLAS_THREADS``, one by default). Batches below
-``MIN_BATCH`` queries, memories below ``MIN_ROWS`` locations, and memories
-this does not apply to are read by the kernel (bit-equal to single reads).
+Two ways to compute the products:
+
+- **AMX bf16 tiles** where the CPU has them (Intel AMX-TILE and AMX-BF16, and
+  Linux grants the process the tile state; ``amx_active``): each float32
+  operand split into two bf16 pieces (``x = hi + lo`` within 2^-16 of x) and
+  the three products ``hi hi + hi lo + lo hi`` summed in float32 on the tiles
+  (kernels/amx_batch.c), scores over tiles of ``AMX_TILE_ROWS`` rows, the
+  read-out over ``TILE_ROWS``. The addresses' pieces, in both products'
+  layouts, are packed once per state (8 bytes per address element with
+  padding: twice the float32 addresses) and rebuilt after any change.
+  ``HOPMEM_AMX=0`` in the environment, or ``force_fallback(True)``, keeps
+  float32 BLAS.
+- **float32 BLAS** (``sgemm``) everywhere else, tiles of ``TILE_ROWS`` rows.
+
+Neither is the kernel's fixed order, so a batch is not bit-equal to single
+reads; each stays within the bound docs/hopfield.md gives for it
+(tests/test_hopfield.py and tests/test_batched_amx.py enforce them against a
+float64 evaluation). The bits are deterministic: the AMX products run on the
+calling thread in a fixed order; BLAS's for a given BLAS and BLAS thread count
+(the engine pins BLAS to ``HOPMEM_BLAS_THREADS``, one by default). Batches
+below ``MIN_BATCH`` queries, memories below ``MIN_ROWS`` locations, and
+memories this does not apply to are read by the kernel (bit-equal to single
+reads).
 """
 
 from __future__ import annotations
@@ -73,26 +89,20 @@ def _normalized(V: np.ndarray) -> np.ndarray:
 
 
 # -- AMX bf16 tiles ---------------------------------------------------------------------------
-#
-# Where the CPU has AMX (and Linux grants the tile state), both products of a
-# tile run on bf16 tiles with float32 accumulation (kernels/amx_batch.c): each
-# float32 operand split into bf16 pieces, the products of the pieces summed.
-# The scores take three pieces a side and six products (float32-like: the
-# logits are multiplied by beta), the read-out two pieces and three products
-# (hi hi + hi lo + lo hi: each product within 3 2^-16 of exact, relative).
-# The addresses' pieces are packed once per state and kept until it changes.
 
 AMX_TILE_ROWS = 2048  # rows per tile of scores and softmax (the read-out still sums TILE_ROWS)
-SCORE_PRECISION = 3  # products of pieces for the scores (6: float32-like; 3: ~2^-16)
-READ_PRECISION = 3   # and for the read-out
+SCORE_PRECISION = 3  # products of pieces for the scores: 3 (two pieces a side) or 6 (three)
+READ_PRECISION = 3   # and for the read-out (3 only: its bound in the tests assumes it)
 _PIECES = {3: 2, 6: 3}
 _forced_off = os.environ.get("HOPMEM_AMX", "").strip() == "0"
 
 
-def force_fallback(on: bool) -> None:
-    """Read batches with float32 BLAS even where AMX is available (for tests and comparisons)."""
+def force_fallback(on: bool) -> bool:
+    """Read batches with float32 BLAS even where AMX is available (for tests and
+    comparisons; not thread-safe). Returns the previous setting."""
     global _forced_off
-    _forced_off = bool(on)
+    before, _forced_off = _forced_off, bool(on)
+    return before
 
 
 def amx_active() -> bool:
@@ -137,7 +147,7 @@ def _packed(state: Any) -> _Packed:
     with _PACK_LOCK:
         got = _PACKED.get(state)
         if got is None or not got.fresh(state):
-            got = None
+            del got
             _PACKED.pop(state, None)  # free the stale pieces before building
             got = _Packed(state)
             _PACKED[state] = got

@@ -1,9 +1,10 @@
 /* AMX bf16 tile products for batched reads; see amx_batch.h.
  *
- * Only the functions marked HM_AMX_TARGET use AMX and AVX-512 instructions,
- * and only after hm_amx_available() said yes: the rest of the extension stays
- * portable (no -march flags), and a build without AMX support in the compiler
- * gets stubs.
+ * Only the static functions marked HM_AMX_TARGET are compiled for AMX and
+ * AVX-512 (a target attribute per function instead of per-file flags), and
+ * the entry points call them only after hm_amx_available() said yes: the rest
+ * of the extension stays portable (no -march flags), and a compiler without
+ * AMX support (or another platform) gets stubs that return -1.
  */
 #include "amx_batch.h"
 
@@ -72,8 +73,8 @@ int hm_amx_available(void)
         memcpy(&(back), &u_, 4);                                       \
     } while (0)
 
-HM_AMX_TARGET
-int hm_amx_split_a(const float *src, int64_t rows, int64_t cols, int64_t lds,
+HM_AMX_TARGET __attribute__((noinline))
+static int split_a(const float *src, int64_t rows, int64_t cols, int64_t lds,
                    const float *colscale, int pieces, int64_t rows_p, int64_t cols_p,
                    uint16_t *out)
 {
@@ -129,21 +130,26 @@ int hm_amx_split_a(const float *src, int64_t rows, int64_t cols, int64_t lds,
     return 0;
 }
 
-int hm_amx_pack_b(const float *src, int64_t sk, int64_t sn, int64_t K, int64_t N,
+HM_AMX_TARGET __attribute__((noinline))
+static int pack_b(const float *src, int64_t sk, int64_t sn, int64_t K, int64_t N,
                   int pieces, int64_t Kp, int64_t Np, uint16_t *out)
 {
     if (pieces < 1 || pieces > 3 || K > Kp || N > Np || Kp % 32 || Np % 32)
         return -1;
     const int64_t psz = Kp * Np, nkc = Kp / 32;
-    for (int64_t k = 0; k < Kp; k++) {
-        for (int64_t n = 0; n < Np; n++) {
-            float x = (k < K && n < N) ? src[k * sk + n * sn] : 0.0f, v;
-            int64_t idx = ((n / 16) * nkc + k / 32) * 512 + (k % 32 / 2) * 32 + (n % 16) * 2 + k % 2;
-            uint16_t bits;
-            for (int p = 0; p < pieces; p++) {
-                HM_BF16_SPLIT(x, bits, v);
-                out[p * psz + idx] = bits;
-                x = x - v;
+    /* tile by tile (32 K by 16 N, 512 elements), each written in order */
+    for (int64_t nb = 0; nb < Np / 16; nb++) {
+        for (int64_t kc = 0; kc < nkc; kc++) {
+            const int64_t base = (nb * nkc + kc) * 512;
+            for (int64_t i = 0; i < 512; i++) {
+                const int64_t k = kc * 32 + (i >> 5) * 2 + (i & 1), n = nb * 16 + ((i >> 1) & 15);
+                float x = (k < K && n < N) ? src[k * sk + n * sn] : 0.0f, v;
+                uint16_t bits;
+                for (int p = 0; p < pieces; p++) {
+                    HM_BF16_SPLIT(x, bits, v);
+                    out[p * psz + base + i] = bits;
+                    x = x - v;
+                }
             }
         }
     }
@@ -156,8 +162,8 @@ typedef struct {
     uint8_t rows[16];
 } hm_tilecfg;
 
-HM_AMX_TARGET
-int hm_amx_gemm(const uint16_t *A, int a_pieces, const uint16_t *B, int b_pieces,
+HM_AMX_TARGET __attribute__((noinline))
+static int gemm(const uint16_t *A, int a_pieces, const uint16_t *B, int b_pieces,
                 float *C, int64_t ldc, int64_t Mp, int64_t Np, int64_t Kp, int precision)
 {
     int top; /* the products a_i b_j with i + j <= top */
@@ -167,7 +173,7 @@ int hm_amx_gemm(const uint16_t *A, int a_pieces, const uint16_t *B, int b_pieces
         top = 1;
     else
         return -1;
-    if (Mp % 32 || Np % 32 || Kp % 32 || ldc < Np || !hm_amx_available())
+    if (Mp % 32 || Np % 32 || Kp % 32 || ldc < Np)
         return -1;
     hm_tilecfg cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -213,6 +219,33 @@ int hm_amx_gemm(const uint16_t *A, int a_pieces, const uint16_t *B, int b_pieces
     }
     _tile_release();
     return 0;
+}
+
+/* The entry points check for AMX before anything runs an AMX or AVX-512
+ * instruction (the functions above are compiled for them). */
+int hm_amx_split_a(const float *src, int64_t rows, int64_t cols, int64_t lds,
+                   const float *colscale, int pieces, int64_t rows_p, int64_t cols_p,
+                   uint16_t *out)
+{
+    if (!hm_amx_available())
+        return -1;
+    return split_a(src, rows, cols, lds, colscale, pieces, rows_p, cols_p, out);
+}
+
+int hm_amx_pack_b(const float *src, int64_t sk, int64_t sn, int64_t K, int64_t N,
+                  int pieces, int64_t Kp, int64_t Np, uint16_t *out)
+{
+    if (!hm_amx_available())
+        return -1;
+    return pack_b(src, sk, sn, K, N, pieces, Kp, Np, out);
+}
+
+int hm_amx_gemm(const uint16_t *A, int a_pieces, const uint16_t *B, int b_pieces,
+                float *C, int64_t ldc, int64_t Mp, int64_t Np, int64_t Kp, int precision)
+{
+    if (!hm_amx_available())
+        return -1;
+    return gemm(A, a_pieces, B, b_pieces, C, ldc, Mp, Np, Kp, precision);
 }
 
 #else /* no AMX in this build */

@@ -30,14 +30,22 @@ needs_amx = pytest.mark.skipif(
     reason="this CPU, OS or build does not run AMX bf16 tiles (the float32 fallback serves batches)")
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _amx_allowed() -> Iterator[None]:
+    """Batches may take AMX tiles here whatever HOPMEM_AMX says."""
+    before = _batched.force_fallback(False)
+    yield
+    _batched.force_fallback(before)
+
+
 @pytest.fixture
 def fallback() -> Iterator[None]:
     """Batches read with float32 BLAS for the test's length."""
-    _batched.force_fallback(True)
+    before = _batched.force_fallback(True)
     try:
         yield
     finally:
-        _batched.force_fallback(False)
+        _batched.force_fallback(before)
 
 
 def full_memory(X: np.ndarray, beta: float, k: int = 0, **cfg: float) -> Memory:
