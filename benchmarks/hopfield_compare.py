@@ -13,7 +13,8 @@ floor: one float32 matrix-vector product ``X @ q`` a step (the least any
 update must read).
 
 Batches of 64: per-query time of a plain full-activation batch read against its
-share of one GEMM (``Q @ X.T`` / 64), and, at the engine's default settings
+share of one GEMM (``Q @ X.T`` / 64), with float32 BLAS (the default) and,
+where the CPU has AMX, on AMX bf16 tiles (experimental, ``HOPMEM_AMX=1``), and, at the engine's default settings
 (competitive, about 2,000 locations, d = 384), a batch of 64 reads against 64
 single reads.
 
@@ -157,16 +158,16 @@ def single_reads(reps: int, sizes: tuple[int, ...]) -> list[str]:
     return lines
 
 
-def _float32_blas(f: Callable[[], object]) -> Callable[[], object]:
-    """``f`` with blocked batches forced onto float32 BLAS (no AMX tiles)."""
+def _amx(f: Callable[[], object]) -> Callable[[], object]:
+    """``f`` with blocked batches on AMX bf16 tiles (experimental, off by default)."""
     from hopmem import _batched
 
     def run() -> object:
-        before = _batched.force_fallback(True)
+        before = _batched.use_amx(True)
         try:
             return f()
         finally:
-            _batched.force_fallback(before)
+            _batched.use_amx(before)
     return run
 
 
@@ -182,7 +183,7 @@ def _from_float64(mem: Memory, X: np.ndarray, Q: np.ndarray, got: np.ndarray) ->
 
 
 def batch_reads(reps: int, n: int) -> list[str]:
-    from hopmem import _batched
+    from hopmem import _batched, _kernel
 
     rng = np.random.default_rng(2)
     mem = Memory(D, mode="plain", k=n, beta=BETA, t_max=STEPS, epsilon=0.0)
@@ -190,10 +191,10 @@ def batch_reads(reps: int, n: int) -> list[str]:
     X = shared_patterns(mem, n)
     Q = (X[rng.integers(0, n, BATCH)] + 0.5 * rng.standard_normal((BATCH, D)).astype(np.float32)
          / np.sqrt(D)).astype(np.float32)
-    amx = _batched.amx_active()
-    # A batch this size runs as blocked products (hopmem/_batched.py), on AMX
-    # bf16 tiles where the CPU has them: within the documented bound of single
-    # reads, not their bits.
+    amx = _kernel.amx_available()
+    before = _batched.use_amx(False)  # the default rows: float32 BLAS
+    # A batch this size runs as blocked products (hopmem/_batched.py): within the
+    # documented bound of single reads, not their bits.
     diff = {s: float(np.abs(mem.read(Q, s) - np.stack([mem.read(q, s) for q in Q])).max())
             for s in ("fast", "iterative")}
     assert max(diff.values()) < 1e-5, diff
@@ -205,39 +206,42 @@ def batch_reads(reps: int, n: int) -> list[str]:
         "gemm": lambda: Q @ X.T,
     }
     if amx:
-        contenders["f32 fast"] = _float32_blas(contenders["batch fast"])
-        contenders["f32 iter"] = _float32_blas(contenders["batch iter"])
+        contenders["amx fast"] = _amx(contenders["batch fast"])
+        contenders["amx iter"] = _amx(contenders["batch iter"])
+        amx_diff = float(np.abs(np.asarray(contenders["amx fast"]())
+                                - np.stack([mem.read(q, "fast") for q in Q])).max())
+        assert amx_diff < 1e-5, amx_diff
     t = interleaved(contenders, reps)
     gemm = t["gemm"]
-    on = "AMX bf16 tiles" if amx else "float32 BLAS"
     lines = [f"Plain, full activation, N = {n:,}, d = {D}, batch of {BATCH} (per query, "
              "median (p10-p90) µs):", "",
              "| read | per query | / GEMM share | / 64 single reads |", "|---|---|---|---|",
              f"| GEMM floor `Q @ X.T` | {_us(gemm, BATCH)} | 1.00x | |",
              f"| NumPy textbook batch step (2 GEMMs + softmax) | {_us(t['np batch'], BATCH)} | "
              f"{_ratio(t['np batch'], gemm):.2f}x | |",
-             f"| hopmem fast, batch ({on}) | {_us(t['batch fast'], BATCH)} | "
+             f"| hopmem fast, batch | {_us(t['batch fast'], BATCH)} | "
              f"{_ratio(t['batch fast'], gemm):.2f}x | {_ratio(t['batch fast'], t['single fast']):.2f}x |",
-             f"| hopmem iterative ({STEPS} steps), batch ({on}) | {_us(t['batch iter'], BATCH)} | "
+             f"| hopmem iterative ({STEPS} steps), batch | {_us(t['batch iter'], BATCH)} | "
              f"{_ratio(t['batch iter'], gemm):.2f}x | |"]
     if amx:
-        lines += [f"| hopmem fast, batch (float32 BLAS) | {_us(t['f32 fast'], BATCH)} | "
-                  f"{_ratio(t['f32 fast'], gemm):.2f}x | {_ratio(t['f32 fast'], t['single fast']):.2f}x |",
-                  f"| hopmem iterative ({STEPS} steps), batch (float32 BLAS) | "
-                  f"{_us(t['f32 iter'], BATCH)} | {_ratio(t['f32 iter'], gemm):.2f}x | |"]
+        lines += [f"| hopmem fast, batch, AMX bf16 tiles (HOPMEM_AMX=1) | {_us(t['amx fast'], BATCH)} | "
+                  f"{_ratio(t['amx fast'], gemm):.2f}x | {_ratio(t['amx fast'], t['single fast']):.2f}x |",
+                  f"| hopmem iterative ({STEPS} steps), batch, AMX bf16 tiles (HOPMEM_AMX=1) | "
+                  f"{_us(t['amx iter'], BATCH)} | {_ratio(t['amx iter'], gemm):.2f}x | |"]
     lines += [f"| hopmem fast, 64 single reads | {_us(t['single fast'], BATCH)} | "
               f"{_ratio(t['single fast'], gemm):.2f}x | 1.00x |", "",
               f"Largest difference from single reads: {diff['fast']:.1e} (fast), "
-              f"{diff['iterative']:.1e} (iterative)."]
+              f"{diff['iterative']:.1e} (iterative)" + (f"; AMX tiles {amx_diff:.1e} (fast)." if amx else ".")]
     Qu = (Q / np.linalg.norm(Q, axis=1, keepdims=True)).astype(np.float32)  # as the memory reads
     np32 = textbook_batch(X, Qu, BETA)
     np32 /= np.linalg.norm(np32, axis=1, keepdims=True)
-    err = [f"{on} {_from_float64(mem, X, Q, mem.read(Q, 'fast')):.1e}"]
+    err = [f"float32 BLAS {_from_float64(mem, X, Q, mem.read(Q, 'fast')):.1e}"]
     if amx:
-        f32 = np.asarray(_float32_blas(lambda: mem.read(Q, "fast"))())
-        err.append(f"float32 BLAS {_from_float64(mem, X, Q, f32):.1e}")
+        got = np.asarray(_amx(lambda: mem.read(Q, "fast"))())
+        err.append(f"AMX bf16 tiles {_from_float64(mem, X, Q, got):.1e}")
     err.append(f"NumPy float32 textbook {_from_float64(mem, X, Q, np32):.1e}")
     lines.append("Largest distance of a fast batch read from a float64 textbook: " + ", ".join(err) + ".")
+    _batched.use_amx(before)
     return lines
 
 

@@ -879,13 +879,13 @@ def amx_split(const float[:, :] src, colscale, int pieces, int64_t rows_p, int64
     cdef const float *scp = NULL
     cdef const float *sp = NULL
     if cols > 1 and src.strides[1] != 4:
-        raise ValueError("src: expected rows of contiguous float32, got strides " + str(src.strides[1]))
+        raise ValueError(f"src: expected rows of contiguous float32, got an element stride of {src.strides[1]} bytes")
     if out.shape[0] != pieces or out.shape[1] != rows_p or out.shape[2] != cols_p:
-        raise ValueError("out: expected shape (pieces, rows_p, cols_p)")
+        raise ValueError(f"out: expected shape {(pieces, rows_p, cols_p)}, got {(out.shape[0], out.shape[1], out.shape[2])}")
     if colscale is not None:
         sc = colscale
         if sc.shape[0] != cols:
-            raise ValueError("colscale: expected one float32 per column")
+            raise ValueError(f"colscale: expected {cols} float32 values (one a column), got {sc.shape[0]}")
         if cols > 0:
             scp = &sc[0]
     if rows > 0 and cols > 0:
@@ -894,7 +894,9 @@ def amx_split(const float[:, :] src, colscale, int pieces, int64_t rows_p, int64
     with nogil:
         rc = hm_amx_split_a(sp, rows if cols > 0 else 0, cols, lds, scp, pieces, rows_p, cols_p, &out[0, 0, 0])
     if rc < 0:
-        raise ValueError("amx_split: expected AMX and pieces 1 to 3 within the padded shape")
+        raise ValueError(f"amx_split: expected AMX, 1 to 3 pieces and src within the padded shape, "
+                         f"got {pieces} pieces, src {(rows, cols)}, padded {(rows_p, cols_p)}"
+                         f"{'' if hm_amx_available() else ' (no AMX here)'}")
 
 
 def amx_pack_b(const float[:, :] src, int pieces, int64_t Kp, int64_t Np):
@@ -908,7 +910,9 @@ def amx_pack_b(const float[:, :] src, int pieces, int64_t Kp, int64_t Np):
     with nogil:
         rc = hm_amx_pack_b(sp, sk, sn, K if N > 0 else 0, N if K > 0 else 0, pieces, Kp, Np, &o[0, 0])
     if rc < 0:
-        raise ValueError("amx_pack_b: expected AMX, pieces 1 to 3 and Kp, Np multiples of 32")
+        raise ValueError(f"amx_pack_b: expected AMX, 1 to 3 pieces and src within Kp x Np (multiples of 32), "
+                         f"got {pieces} pieces, src {(K, N)}, padded {(Kp, Np)}"
+                         f"{'' if hm_amx_available() else ' (no AMX here)'}")
     return out
 
 
@@ -917,10 +921,13 @@ def amx_gemm(const uint16_t[:, :, ::1] A, const uint16_t[:, ::1] B, float[:, :] 
     cdef int64_t Mp = A.shape[1], Kp = A.shape[2], Np = C.shape[1]
     cdef int64_t ldc = C.strides[0] // 4
     if C.shape[0] != Mp or B.shape[1] != Kp * Np or (Np > 1 and C.strides[1] != 4):
-        raise ValueError("amx_gemm: expected A (p, Mp, Kp), B (p, Kp * Np), C (Mp, Np) with contiguous rows")
+        raise ValueError(f"amx_gemm: expected A (p, Mp, Kp), B (p, Kp * Np), C (Mp, Np) with contiguous rows, "
+                         f"got A {(A.shape[0], A.shape[1], A.shape[2])}, B {(B.shape[0], B.shape[1])}, C {(C.shape[0], C.shape[1])}")
     cdef int rc
     with nogil:
         rc = hm_amx_gemm(&A[0, 0, 0], <int>A.shape[0], &B[0, 0], <int>B.shape[0], &C[0, 0], ldc,
                          Mp, Np, Kp, precision)
     if rc < 0:
-        raise ValueError("amx_gemm: expected AMX, multiples of 32 and enough pieces for the precision")
+        raise ValueError(f"amx_gemm: expected AMX, multiples of 32 and enough pieces for precision 3 (2) "
+                         f"or 6 (3), got precision {precision}, {A.shape[0]} and {B.shape[0]} pieces, "
+                         f"shape {(Mp, Np, Kp)}{'' if hm_amx_available() else ' (no AMX here)'}")

@@ -5,9 +5,11 @@ bf16 tiles: the scores from three bf16 pieces of each float32 operand (six
 products), the read-out from two (three products). It is held here to the
 error bound docs/hopfield.md states for it (``amx_bound``) against a float64
 textbook, to the same bits every time, and its packed pieces to the state
-they were built from. Machines without AMX run the float32 fallback (held to
-its own bound in tests/test_hopfield.py) and skip the AMX tests; the switch
-that forces the fallback is tested everywhere.
+they were built from. The AMX path is experimental and off by default
+(``HOPMEM_AMX=1`` or ``_batched.use_amx(True)`` turns it on; this module turns
+it on for its tests). Machines without AMX run the float32 path (held to its
+own bound in tests/test_hopfield.py) and skip the AMX tests; the switch that
+keeps the float32 path is tested everywhere.
 """
 
 from __future__ import annotations
@@ -31,21 +33,21 @@ needs_amx = pytest.mark.skipif(
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _amx_allowed() -> Iterator[None]:
-    """Batches may take AMX tiles here whatever HOPMEM_AMX says."""
-    before = _batched.force_fallback(False)
+def _amx_on() -> Iterator[None]:
+    """Batches take AMX tiles here (where the CPU has them) whatever HOPMEM_AMX says."""
+    before = _batched.use_amx(True)
     yield
-    _batched.force_fallback(before)
+    _batched.use_amx(before)
 
 
 @pytest.fixture
 def fallback() -> Iterator[None]:
     """Batches read with float32 BLAS for the test's length."""
-    before = _batched.force_fallback(True)
+    before = _batched.use_amx(False)
     try:
         yield
     finally:
-        _batched.force_fallback(before)
+        _batched.use_amx(before)
 
 
 def full_memory(X: np.ndarray, beta: float, k: int = 0, **cfg: float) -> Memory:
@@ -96,7 +98,7 @@ def amx_bound(Y: np.ndarray, v: np.ndarray, beta: float, d: int) -> float:
     return 2.0 * ((eps + read + 1e-12) * ymax + flushed) / nv + 2.0 * U32
 
 
-def test_the_switch_forces_the_float32_path_everywhere(fallback):
+def test_the_switch_keeps_the_float32_path_everywhere(fallback):
     assert not _batched.amx_active()
     rng = np.random.default_rng(3)
     X = rng.standard_normal((300, 20)).astype(np.float32)

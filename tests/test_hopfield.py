@@ -26,13 +26,13 @@ U32 = 2.0 ** -24
 
 @pytest.fixture(autouse=True, scope="module")
 def _float32_batches():
-    """Blocked batches here take the float32 BLAS path, whose bound this module holds;
-    where the CPU has AMX they would take bf16 tiles (tests/test_batched_amx.py)."""
+    """Blocked batches here take the float32 BLAS path, whose bound this module holds,
+    even with HOPMEM_AMX=1 (AMX tiles: tests/test_batched_amx.py)."""
     from hopmem import _batched
 
-    before = _batched.force_fallback(True)
+    before = _batched.use_amx(False)
     yield
-    _batched.force_fallback(before)
+    _batched.use_amx(before)
 
 
 def score_error(d: int) -> float:
