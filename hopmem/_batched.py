@@ -173,28 +173,27 @@ def _step_amx(P: _Packed, scale: np.ndarray | None, Qu: np.ndarray, beta: float,
     # the pieces of beta q (float32 products): the products give the logits
     _kernel.amx_split(Qu, np.full(d, b, dtype=np.float32), sp, mp, dp, Qs)
     S = np.empty((mp, _pad(min(n, AMX_TILE_ROWS))), dtype=np.float32)
-    W = np.empty((rp, mp, _pad(min(n, TILE_ROWS))), dtype=np.uint16)
+    # the weights' pieces for each TILE_ROWS block of a score tile, one after another
+    W = np.empty(rp * mp * AMX_TILE_ROWS, dtype=np.uint16)
     Y = np.empty((mp, dp), dtype=np.float32)
     M = np.full(nq, -np.inf)
+    new = np.empty(nq)
     acc = np.zeros((nq, d))
     for t, lo in enumerate(range(0, n, AMX_TILE_ROWS)):
         nt = min(AMX_TILE_ROWS, n - lo)
         _kernel.amx_gemm(Qs, P.scores[t], S[:, :_pad(nt)], SCORE_PRECISION)
-        St = S[:nq, :nt]  # float32 logits (beta q . a), queries x rows
-        top = St.max(axis=1).astype(np.float64)
-        new = np.maximum(M, top)
-        St -= new.astype(np.float32)[:, None]  # each max a float32 value: exact
-        np.exp(St, out=St)
+        # float32 logits (beta q . a) -> the running maxima and the pieces of
+        # exp(logit - max) (times the norms), in one pass over the tile
+        sc = None if scale is None else scale[lo:lo + nt]
+        _kernel.amx_softmax_split(S, nq, nt, M, new, sc, TILE_ROWS, mp, W)
         acc *= np.exp(M - new)[:, None]  # 0 for the first tile
         for s0 in range(0, nt, TILE_ROWS):  # read-out: float32 sums over TILE_ROWS rows
-            ns = min(TILE_ROWS, nt - s0)
-            nsp = _pad(ns)
-            Wt = W if nsp == W.shape[2] else np.empty((rp, mp, nsp), dtype=np.uint16)
-            sc = None if scale is None else scale[lo + s0:lo + s0 + ns]
-            _kernel.amx_split(St[:, s0:s0 + ns], sc, rp, mp, nsp, Wt)
+            nsp = _pad(min(TILE_ROWS, nt - s0))
+            off = (s0 // TILE_ROWS) * rp * mp * TILE_ROWS
+            Wt = W[off:off + rp * mp * nsp].reshape(rp, mp, nsp)
             _kernel.amx_gemm(Wt, P.reads[(lo + s0) // TILE_ROWS], Y, READ_PRECISION)
             acc += Y[:nq, :d]
-        M = new
+        M, new = new, M
     return acc
 
 

@@ -35,6 +35,8 @@ cdef extern from "amx_batch.h" nogil:
                        uint16_t *out)
     int hm_amx_pack_b(const float *src, int64_t sk, int64_t sn, int64_t K, int64_t N,
                       int pieces, int64_t Kp, int64_t Np, uint16_t *out)
+    int hm_amx_softmax_split(const float *S, int64_t lds, int64_t nq, int64_t nt, const double *m_old,
+                             double *m_new, const float *scale, int64_t sub, int64_t rows_p, uint16_t *W)
     int hm_amx_gemm(const uint16_t *A, int a_pieces, const uint16_t *B, int b_pieces,
                     float *C, int64_t ldc, int64_t Mp, int64_t Np, int64_t Kp, int precision)
 
@@ -931,3 +933,33 @@ def amx_gemm(const uint16_t[:, :, ::1] A, const uint16_t[:, ::1] B, float[:, :] 
         raise ValueError(f"amx_gemm: expected AMX, multiples of 32 and enough pieces for precision 3 (2) "
                          f"or 6 (3), got precision {precision}, {A.shape[0]} and {B.shape[0]} pieces, "
                          f"shape {(Mp, Np, Kp)}{'' if hm_amx_available() else ' (no AMX here)'}")
+
+
+def amx_softmax_split(const float[:, :] S, int64_t nq, int64_t nt, const double[::1] m_old,
+                      double[::1] m_new, scale, int64_t sub, int64_t rows_p, uint16_t[::1] W):
+    """The read-out weights exp(S - max) (times scale) of a tile of logits, in bf16 pieces.
+
+    S: (>= nq, >= nt) float32 logits with contiguous rows; m_old, m_new: (nq,)
+    running maxima before and after the tile; W: blocks of sub columns, block
+    b at b * 2 * rows_p * sub, each (2, rows_p, pad32(its columns))."""
+    cdef int64_t lds = S.strides[0] // 4 if S.shape[0] > 1 else S.shape[1]
+    cdef const float[::1] sc
+    cdef const float *scp = NULL
+    cdef int64_t nsub = (nt + sub - 1) // sub if sub > 0 else 0
+    cdef int64_t last = nt - (nsub - 1) * sub if nsub > 0 else 0
+    if (nq < 1 or nt < 1 or S.shape[0] < nq or S.shape[1] < nt or (S.shape[1] > 1 and S.strides[1] != 4)
+            or m_old.shape[0] < nq or m_new.shape[0] < nq or sub < 32 or sub % 32 or rows_p < nq
+            or W.shape[0] < (nsub - 1) * 2 * rows_p * sub + 2 * rows_p * ((last + 31) // 32 * 32)):
+        raise ValueError(f"amx_softmax_split: expected S (>= nq, >= nt) with contiguous rows, nq maxima, "
+                         f"sub a multiple of 32 and W large enough, got S {(S.shape[0], S.shape[1])}, "
+                         f"nq {nq}, nt {nt}, sub {sub}, rows_p {rows_p}, W {W.shape[0]}")
+    if scale is not None:
+        sc = scale
+        if sc.shape[0] < nt:
+            raise ValueError(f"scale: expected {nt} float32 values (one a column), got {sc.shape[0]}")
+        scp = &sc[0]
+    cdef int rc
+    with nogil:
+        rc = hm_amx_softmax_split(&S[0, 0], lds, nq, nt, &m_old[0], &m_new[0], scp, sub, rows_p, &W[0])
+    if rc < 0:
+        raise ValueError(f"amx_softmax_split: expected AMX, got none{'' if hm_amx_available() else ' (no AMX here)'}")

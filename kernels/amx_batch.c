@@ -8,6 +8,7 @@
  */
 #include "amx_batch.h"
 
+#include <math.h>
 #include <string.h>
 
 #if defined(__x86_64__) && defined(__linux__) && \
@@ -156,6 +157,108 @@ static int pack_b(const float *src, int64_t sk, int64_t sn, int64_t K, int64_t N
     return 0;
 }
 
+/* exp(x) of 16 float32 x <= 0, rounded once to float32: computed in float64
+ * (Cody-Waite reduction x = n ln 2 + r, |r| <= ln 2 / 2 up to 2^-40; the
+ * degree-8 Taylor polynomial, whose truncation is below r^9 / 9! < 2^-31
+ * relative there; Horner with fused multiply-adds, a few 2^-53; 2^n by scalef,
+ * exact), so the float64 value is within 2^-30 of exp(x), relative, and the
+ * float32 result within 2^-24 + 2^-30 relative (half a unit in the last place
+ * and a little) of exp(x) where that is a normal float32; below 2^-126 within
+ * 2^-149 absolute. x below -150 gives 0 (exp(x) < 2^-216). */
+HM_AMX_TARGET static inline __m512 exp16(__m512 x)
+{
+    const __m512d log2e = _mm512_set1_pd(0x1.71547652b82fep0);
+    const __m512d mln2hi = _mm512_set1_pd(-0x1.62e42fefa3800p-1);
+    const __m512d mln2lo = _mm512_set1_pd(-0x1.ef35793c76730p-45);
+    const __m512d c8 = _mm512_set1_pd(1.0 / 40320.0), c7 = _mm512_set1_pd(1.0 / 5040.0),
+                  c6 = _mm512_set1_pd(1.0 / 720.0), c5 = _mm512_set1_pd(1.0 / 120.0),
+                  c4 = _mm512_set1_pd(1.0 / 24.0), c3 = _mm512_set1_pd(1.0 / 6.0),
+                  c2 = _mm512_set1_pd(0.5), c1 = _mm512_set1_pd(1.0);
+    x = _mm512_max_ps(x, _mm512_set1_ps(-150.0f));
+    __m512d h[2];
+    h[0] = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+    h[1] = _mm512_cvtps_pd(_mm256_castsi256_ps(_mm512_extracti64x4_epi64(_mm512_castps_si512(x), 1)));
+    __m256 out[2];
+    for (int i = 0; i < 2; i++) {
+        __m512d n = _mm512_roundscale_pd(_mm512_mul_pd(h[i], log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m512d r = _mm512_fmadd_pd(n, mln2hi, h[i]);  /* exact: n ln2hi has 11 spare bits */
+        r = _mm512_fmadd_pd(n, mln2lo, r);
+        __m512d p = _mm512_fmadd_pd(c8, r, c7);
+        p = _mm512_fmadd_pd(p, r, c6);
+        p = _mm512_fmadd_pd(p, r, c5);
+        p = _mm512_fmadd_pd(p, r, c4);
+        p = _mm512_fmadd_pd(p, r, c3);
+        p = _mm512_fmadd_pd(p, r, c2);
+        p = _mm512_fmadd_pd(p, r, c1);
+        p = _mm512_fmadd_pd(p, r, c1);
+        out[i] = _mm512_cvtpd_ps(_mm512_scalef_pd(p, n));
+    }
+    return _mm512_castsi512_ps(_mm512_inserti64x4(_mm512_castsi256_si512(_mm256_castps_si256(out[0])),
+                                                  _mm256_castps_si256(out[1]), 1));
+}
+
+/* bf16 bits (round to nearest even) of 16 finite float32, in 16-bit lanes,
+ * and those values as float32 */
+HM_AMX_TARGET static inline __m256i bf16_16(__m512 x, __m512 *back)
+{
+    __m512i u = _mm512_castps_si512(x);
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    u = _mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7FFF)));
+    u = _mm512_and_si512(u, _mm512_set1_epi32((int)0xFFFF0000u));
+    *back = _mm512_castsi512_ps(u);
+    return _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16));
+}
+
+HM_AMX_TARGET __attribute__((noinline))
+static int softmax_split(const float *S, int64_t lds, int64_t nq, int64_t nt, const double *m_old,
+                         double *m_new, const float *scale, int64_t sub, int64_t rows_p, uint16_t *W)
+{
+    if (nq > rows_p || nt < 1 || sub < 32 || sub % 32)
+        return -1;
+    const int64_t nsub = (nt + sub - 1) / sub;
+    for (int64_t q = 0; q < rows_p; q++) {
+        const float *s = S + q * lds;
+        float top = -INFINITY;
+        if (q < nq) {
+            __m512 m = _mm512_set1_ps(-INFINITY);
+            int64_t j = 0;
+            for (; j + 16 <= nt; j += 16)
+                m = _mm512_max_ps(m, _mm512_loadu_ps(s + j));
+            if (j < nt) {
+                __mmask16 k = (__mmask16)((1u << (nt - j)) - 1u);
+                m = _mm512_max_ps(m, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), k, s + j));
+            }
+            top = _mm512_reduce_max_ps(m);
+            double nm = m_old[q] > (double)top ? m_old[q] : (double)top;
+            m_new[q] = nm;
+            top = (float)nm;  /* a float32 value (or -inf): exact */
+        }
+        const __m512 shift = _mm512_set1_ps(top);
+        for (int64_t b = 0; b < nsub; b++) {
+            const int64_t lo = b * sub, ns = (nt - lo < sub) ? nt - lo : sub, pw = (ns + 31) / 32 * 32;
+            uint16_t *w0 = W + b * 2 * rows_p * sub + q * pw, *w1 = w0 + rows_p * pw;
+            if (q >= nq) {
+                memset(w0, 0, (size_t)pw * 2);
+                memset(w1, 0, (size_t)pw * 2);
+                continue;
+            }
+            for (int64_t j = 0; j < pw; j += 16) {
+                const int64_t left = ns - j;
+                __mmask16 k = left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1u);
+                __m512 x = _mm512_maskz_loadu_ps(k, s + lo + j);
+                __m512 w = exp16(_mm512_sub_ps(x, shift));
+                if (scale)
+                    w = _mm512_mul_ps(w, _mm512_maskz_loadu_ps(k, scale + lo + j));
+                w = _mm512_maskz_mov_ps(k, w);
+                __m512 hi, lo2;
+                _mm256_storeu_si256((__m256i *)(w0 + j), bf16_16(w, &hi));
+                _mm256_storeu_si256((__m256i *)(w1 + j), bf16_16(_mm512_sub_ps(w, hi), &lo2));
+            }
+        }
+    }
+    return 0;
+}
+
 typedef struct {
     uint8_t palette, start_row, reserved[14];
     uint16_t colsb[16];
@@ -240,6 +343,14 @@ int hm_amx_pack_b(const float *src, int64_t sk, int64_t sn, int64_t K, int64_t N
     return pack_b(src, sk, sn, K, N, pieces, Kp, Np, out);
 }
 
+int hm_amx_softmax_split(const float *S, int64_t lds, int64_t nq, int64_t nt, const double *m_old,
+                        double *m_new, const float *scale, int64_t sub, int64_t rows_p, uint16_t *W)
+{
+    if (!hm_amx_available())
+        return -1;
+    return softmax_split(S, lds, nq, nt, m_old, m_new, scale, sub, rows_p, W);
+}
+
 int hm_amx_gemm(const uint16_t *A, int a_pieces, const uint16_t *B, int b_pieces,
                 float *C, int64_t ldc, int64_t Mp, int64_t Np, int64_t Kp, int precision)
 {
@@ -265,6 +376,14 @@ int hm_amx_pack_b(const float *src, int64_t sk, int64_t sn, int64_t K, int64_t N
                   int pieces, int64_t Kp, int64_t Np, uint16_t *out)
 {
     (void)src; (void)sk; (void)sn; (void)K; (void)N; (void)pieces; (void)Kp; (void)Np; (void)out;
+    return -1;
+}
+
+int hm_amx_softmax_split(const float *S, int64_t lds, int64_t nq, int64_t nt, const double *m_old,
+                        double *m_new, const float *scale, int64_t sub, int64_t rows_p, uint16_t *W)
+{
+    (void)S; (void)lds; (void)nq; (void)nt; (void)m_old; (void)m_new; (void)scale; (void)sub;
+    (void)rows_p; (void)W;
     return -1;
 }
 

@@ -46,4 +46,15 @@ int hm_amx_pack_b(const float *src, int64_t sk, int64_t sn, int64_t K, int64_t N
 int hm_amx_gemm(const uint16_t *A, int a_pieces, const uint16_t *B, int b_pieces,
                 float *C, int64_t ldc, int64_t Mp, int64_t Np, int64_t Kp, int precision);
 
+/* The softmax weights of a tile of logits, split for the read-out product.
+ * S: nq x nt float32 logits (row stride lds); m_old[q]: each query's running
+ * maximum so far (a float32 value or -inf). Sets m_new[q] = max(m_old[q],
+ * max_j S[q, j]) and writes the two bf16 pieces of w = exp(S[q, j] - m_new[q])
+ * (float32 subtraction, exp rounded once to float32, times scale[j] in float32
+ * when scale is not NULL) in the A layout, per block of sub columns (sub a
+ * multiple of 32): block b (columns b sub .. , ns of them) at W + b * 2 *
+ * rows_p * sub, as 2 x rows_p x pad32(ns), zero padding. One pass a row. */
+int hm_amx_softmax_split(const float *S, int64_t lds, int64_t nq, int64_t nt, const double *m_old,
+                         double *m_new, const float *scale, int64_t sub, int64_t rows_p, uint16_t *W);
+
 #endif
