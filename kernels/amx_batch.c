@@ -288,75 +288,62 @@ static int gemm(const uint16_t *A, int a_pieces, const uint16_t *B, int b_pieces
     _tile_loadconfig(&cfg);
     const int64_t asz = Mp * Kp, bsz = Kp * Np, nkc = Kp / 32;
     const int64_t lda_b = Kp * 2, ldc_b = ldc * 4;
-    /* K in blocks whose A pieces (all Mp rows) fit in L1 beside a strip of B,
-     * so that only B streams from L2 or memory; C carried between K blocks in
-     * float32 (exact: the same sums as one pass over K) */
-    int64_t kbc = (int64_t)(24576 / (Mp * 64 * (top + 1)));
-    if (kbc < 1)
-        kbc = 1;
-    for (int64_t kb0 = 0; kb0 < nkc; kb0 += kbc) {
-        const int64_t kb1 = kb0 + kbc < nkc ? kb0 + kbc : nkc;
-        for (int64_t n0 = 0; n0 < Np; n0 += 32) {
-            for (int64_t m0 = 0; m0 < Mp; m0 += 32) {
-                float *c = C + m0 * ldc + n0;
-                if (kb0 == 0) {
-                    _tile_zero(0);
-                    _tile_zero(1);
-                    _tile_zero(2);
-                    _tile_zero(3);
-                } else {
-                    _tile_loadd(0, c, ldc_b);
-                    _tile_loadd(1, c + 16, ldc_b);
-                    _tile_loadd(2, c + 16 * ldc, ldc_b);
-                    _tile_loadd(3, c + 16 * ldc + 16, ldc_b);
+    /* n0 outer: each strip of B streams in once and serves every block of
+     * rows while it is in cache (the packed addresses, streamed once a batch,
+     * are what bounds a batch: blocking K or prefetching measured slower) */
+    for (int64_t n0 = 0; n0 < Np; n0 += 32) {
+        for (int64_t m0 = 0; m0 < Mp; m0 += 32) {
+            float *c = C + m0 * ldc + n0;
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+            for (int64_t kc = 0; kc < nkc; kc++) {
+                const uint16_t *a = A + m0 * Kp + kc * 32;
+                const uint16_t *b = B + ((n0 / 16) * nkc + kc) * 512;
+                if (top == 1) {
+                    /* a1 b0, a0 b0, a0 b1: each piece loaded once */
+                    _tile_loadd(6, b, 64);
+                    _tile_loadd(7, b + nkc * 512, 64);
+                    _tile_loadd(4, a + asz, lda_b);
+                    _tile_loadd(5, a + asz + 16 * Kp, lda_b);
+                    _tile_dpbf16ps(0, 4, 6);
+                    _tile_dpbf16ps(1, 4, 7);
+                    _tile_dpbf16ps(2, 5, 6);
+                    _tile_dpbf16ps(3, 5, 7);
+                    _tile_loadd(4, a, lda_b);
+                    _tile_loadd(5, a + 16 * Kp, lda_b);
+                    _tile_dpbf16ps(0, 4, 6);
+                    _tile_dpbf16ps(1, 4, 7);
+                    _tile_dpbf16ps(2, 5, 6);
+                    _tile_dpbf16ps(3, 5, 7);
+                    _tile_loadd(6, b + bsz, 64);
+                    _tile_loadd(7, b + bsz + nkc * 512, 64);
+                    _tile_dpbf16ps(0, 4, 6);
+                    _tile_dpbf16ps(1, 4, 7);
+                    _tile_dpbf16ps(2, 5, 6);
+                    _tile_dpbf16ps(3, 5, 7);
+                    continue;
                 }
-                for (int64_t kc = kb0; kc < kb1; kc++) {
-                    const uint16_t *a = A + m0 * Kp + kc * 32;
-                    const uint16_t *b = B + ((n0 / 16) * nkc + kc) * 512;
-                    if (top == 1) {
-                        /* a1 b0, a0 b0, a0 b1: each piece loaded once */
-                        _tile_loadd(6, b, 64);
-                        _tile_loadd(7, b + nkc * 512, 64);
-                        _tile_loadd(4, a + asz, lda_b);
-                        _tile_loadd(5, a + asz + 16 * Kp, lda_b);
+                /* each A piece loaded once, then the B pieces it multiplies,
+                 * smallest products first (a2 b0, a1 b1, a1 b0, a0 b2, a0 b1, a0 b0) */
+                for (int ap = top; ap >= 0; ap--) {
+                    _tile_loadd(4, a + ap * asz, lda_b);
+                    _tile_loadd(5, a + ap * asz + 16 * Kp, lda_b);
+                    for (int bp = top - ap; bp >= 0; bp--) {
+                        _tile_loadd(6, b + bp * bsz, 64);
+                        _tile_loadd(7, b + bp * bsz + nkc * 512, 64);
                         _tile_dpbf16ps(0, 4, 6);
                         _tile_dpbf16ps(1, 4, 7);
                         _tile_dpbf16ps(2, 5, 6);
                         _tile_dpbf16ps(3, 5, 7);
-                        _tile_loadd(4, a, lda_b);
-                        _tile_loadd(5, a + 16 * Kp, lda_b);
-                        _tile_dpbf16ps(0, 4, 6);
-                        _tile_dpbf16ps(1, 4, 7);
-                        _tile_dpbf16ps(2, 5, 6);
-                        _tile_dpbf16ps(3, 5, 7);
-                        _tile_loadd(6, b + bsz, 64);
-                        _tile_loadd(7, b + bsz + nkc * 512, 64);
-                        _tile_dpbf16ps(0, 4, 6);
-                        _tile_dpbf16ps(1, 4, 7);
-                        _tile_dpbf16ps(2, 5, 6);
-                        _tile_dpbf16ps(3, 5, 7);
-                        continue;
-                    }
-                    /* each A piece loaded once, then the B pieces it multiplies,
-                     * smallest products first (a2 b0, a1 b1, a1 b0, a0 b2, a0 b1, a0 b0) */
-                    for (int ap = top; ap >= 0; ap--) {
-                        _tile_loadd(4, a + ap * asz, lda_b);
-                        _tile_loadd(5, a + ap * asz + 16 * Kp, lda_b);
-                        for (int bp = top - ap; bp >= 0; bp--) {
-                            _tile_loadd(6, b + bp * bsz, 64);
-                            _tile_loadd(7, b + bp * bsz + nkc * 512, 64);
-                            _tile_dpbf16ps(0, 4, 6);
-                            _tile_dpbf16ps(1, 4, 7);
-                            _tile_dpbf16ps(2, 5, 6);
-                            _tile_dpbf16ps(3, 5, 7);
-                        }
                     }
                 }
-                _tile_stored(0, c, ldc_b);
-                _tile_stored(1, c + 16, ldc_b);
-                _tile_stored(2, c + 16 * ldc, ldc_b);
-                _tile_stored(3, c + 16 * ldc + 16, ldc_b);
             }
+            _tile_stored(0, c, ldc_b);
+            _tile_stored(1, c + 16, ldc_b);
+            _tile_stored(2, c + 16 * ldc, ldc_b);
+            _tile_stored(3, c + 16 * ldc + 16, ldc_b);
         }
     }
     _tile_release();
