@@ -213,3 +213,45 @@ def test_amx_gemm_against_float64():
         assert (np.abs(C - exact) <= rel * terms).all()
     with pytest.raises(ValueError, match="amx_gemm"):
         _kernel.amx_gemm(Ap, Bp, C, 6)  # two pieces cannot give precision 6
+
+
+def _bf16(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+@needs_amx
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 70), st.integers(1, 2500), st.sampled_from([32, 64, 1024]),
+       st.floats(1e-3, 300.0), st.booleans(), st.integers(0, 2**32 - 1))
+def test_amx_softmax_split_is_exp_rounded_once_then_split(nq, nt, sub, spread, scaled, seed):
+    # One C pass: the running maxima, w = exp(logit - max) (float32 subtraction,
+    # exp rounded once: within 2^-24 + 2^-30 of exp, relative), times the scale
+    # in float32, split into two bf16 pieces (within 2^-16 of w, or 2^-133 where the
+    # second piece is subnormal), zero padding.
+    rng = np.random.default_rng(seed)
+    mp = (nq + 31) // 32 * 32 + 32 * int(rng.integers(0, 2))
+    S = (rng.standard_normal((nq, nt + 5)) * spread).astype(np.float32)
+    m_old = np.where(rng.random(nq) < 0.5, -np.inf,
+                     (S[:, :nt].max(axis=1) + rng.standard_normal(nq) * spread).astype(np.float32)
+                     ).astype(np.float64)
+    m_new = np.empty(nq)
+    scale = (rng.random(nt) * 3).astype(np.float32) if scaled else None
+    nsub = (nt + sub - 1) // sub
+    W = np.full(nsub * 2 * mp * sub, 0xFFFF, dtype=np.uint16)
+    _kernel.amx_softmax_split(S, nq, nt, m_old, m_new, scale, sub, mp, W)
+    want_m = np.maximum(m_old, S[:, :nt].max(axis=1).astype(np.float64))
+    np.testing.assert_array_equal(m_new, want_m)
+    x = (S[:, :nt] - want_m.astype(np.float32)[:, None]).astype(np.float64)  # float32 subtraction
+    e = np.exp(x)
+    sc = np.ones(nt) if scale is None else scale.astype(np.float64)
+    for b in range(nsub):
+        lo, ns = b * sub, min(sub, nt - b * sub)
+        pw = (ns + 31) // 32 * 32
+        block = W[b * 2 * mp * sub: b * 2 * mp * sub + 2 * mp * pw].reshape(2, mp, pw)
+        assert (block[:, nq:, :] == 0).all() and (block[:, :, ns:] == 0).all()
+        got = _bf16(block[0, :nq, :ns]) + _bf16(block[1, :nq, :ns])
+        ideal = e[:, lo:lo + ns] * sc[lo:lo + ns]
+        tol = ideal * ((2.0 ** -24 + 2.0 ** -30) * (1 + U32) + U32 + 2.0 ** -16) * (1 + 2.0 ** -15) \
+            + 2.0 ** -133  # a piece below 2^-126 keeps bf16's subnormal spacing, 2^-133
+        bad = np.abs(got - ideal) > tol
+        assert not bad.any(), (got[bad][:5], ideal[bad][:5], x[:, lo:lo + ns][bad][:5])
