@@ -134,6 +134,8 @@ class _Packed:
         self.reads = [_kernel.amx_pack_b(A[lo:lo + TILE_ROWS], rp, _pad(len(A[lo:lo + TILE_ROWS])), dp)
                       for lo in range(0, n, TILE_ROWS)]
         self.nbytes = sum(b.nbytes for b in self.scores) + sum(b.nbytes for b in self.reads)
+        # a fast read's scale (the norms, float32), converted once per state
+        self.norms = None if state.norms is None else state.norms[:n].astype(np.float32)
 
     def fresh(self, state: Any) -> bool:
         return (self.addresses() is state.addresses
@@ -186,13 +188,14 @@ def _step_amx(P: _Packed, scale: np.ndarray | None, Qu: np.ndarray, beta: float,
         # exp(logit - max) (times the norms), in one pass over the tile
         sc = None if scale is None else scale[lo:lo + nt]
         _kernel.amx_softmax_split(S, nq, nt, M, new, sc, TILE_ROWS, mp, W)
-        acc *= np.exp(M - new)[:, None]  # 0 for the first tile
+        alpha: np.ndarray | None = np.exp(M - new)  # 0 for the first tile
         for s0 in range(0, nt, TILE_ROWS):  # read-out: float32 sums over TILE_ROWS rows
             nsp = _pad(min(TILE_ROWS, nt - s0))
             off = (s0 // TILE_ROWS) * rp * mp * TILE_ROWS
             Wt = W[off:off + rp * mp * nsp].reshape(rp, mp, nsp)
             _kernel.amx_gemm(Wt, P.reads[(lo + s0) // TILE_ROWS], Y, READ_PRECISION)
-            acc += Y[:nq, :d]
+            _kernel.amx_accumulate(acc, alpha, Y)  # acc * alpha + Y, then acc + Y
+            alpha = None
         M, new = new, M
     return acc
 
@@ -227,15 +230,17 @@ def read_batch(state: Any, cfg: Any, Q: np.ndarray, fast: bool) -> np.ndarray:
     A = state.addresses[:n]
     beta = float(cfg.beta)
     step: Any
+    norms: np.ndarray | None = None
     if amx_active():
         packed = _packed(state)
+        norms = packed.norms
 
         def step(A: np.ndarray, scale: np.ndarray | None, Qu: np.ndarray, beta: float) -> np.ndarray:
             return _step_amx(packed, scale, Qu, beta, n)
     else:
         step = _step
     if fast:
-        scale = state.norms[:n].astype(np.float32)
+        scale = state.norms[:n].astype(np.float32) if norms is None else norms
         acc = step(A, scale, _unit32(Q.astype(np.float64)), beta)
         return _normalized(acc).astype(np.float32)
     xi = _normalized(Q.astype(np.float64))

@@ -37,6 +37,8 @@ cdef extern from "amx_batch.h" nogil:
                       int pieces, int64_t Kp, int64_t Np, uint16_t *out)
     int hm_amx_softmax_split(const float *S, int64_t lds, int64_t nq, int64_t nt, const double *m_old,
                              double *m_new, const float *scale, int64_t sub, int64_t rows_p, uint16_t *W)
+    void hm_amx_accumulate(double *acc, int64_t nq, int64_t d, const double *alpha, const float *Y,
+                           int64_t ldy)
     int hm_amx_gemm(const uint16_t *A, int a_pieces, const uint16_t *B, int b_pieces,
                     float *C, int64_t ldc, int64_t Mp, int64_t Np, int64_t Kp, int precision)
 
@@ -963,3 +965,23 @@ def amx_softmax_split(const float[:, :] S, int64_t nq, int64_t nt, const double[
         rc = hm_amx_softmax_split(&S[0, 0], lds, nq, nt, &m_old[0], &m_new[0], scp, sub, rows_p, &W[0])
     if rc < 0:
         raise ValueError(f"amx_softmax_split: expected AMX, got none{'' if hm_amx_available() else ' (no AMX here)'}")
+
+
+def amx_accumulate(double[:, ::1] acc, alpha, const float[:, :] Y):
+    """acc = acc * alpha[:, None] + Y[:nq, :d] (alpha None: acc + Y), in one pass, float64."""
+    cdef int64_t nq = acc.shape[0], d = acc.shape[1]
+    cdef const double[::1] al
+    cdef const double *ap = NULL
+    if Y.shape[0] < nq or Y.shape[1] < d or (Y.shape[1] > 1 and Y.strides[1] != 4):
+        raise ValueError(f"Y: expected at least {(nq, d)} float32 with contiguous rows, "
+                         f"got {(Y.shape[0], Y.shape[1])}")
+    if alpha is not None:
+        al = alpha
+        if al.shape[0] < nq:
+            raise ValueError(f"alpha: expected {nq} float64 values, got {al.shape[0]}")
+        ap = &al[0]
+    if nq == 0 or d == 0:
+        return
+    cdef int64_t ldy = Y.strides[0] // 4
+    with nogil:
+        hm_amx_accumulate(&acc[0, 0], nq, d, ap, &Y[0, 0], ldy)

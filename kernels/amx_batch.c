@@ -16,6 +16,27 @@
 #define HM_HAVE_AMX 1
 #endif
 
+/* acc (nq x d, float64) = acc * alpha[q] + Y (row stride ldy, float32),
+ * element by element in a fixed order: alpha NULL adds Y alone. */
+void hm_amx_accumulate(double *acc, int64_t nq, int64_t d, const double *alpha, const float *Y,
+                       int64_t ldy)
+{
+    for (int64_t q = 0; q < nq; q++) {
+        double *a = acc + q * d;
+        const float *y = Y + q * ldy;
+        if (alpha) {
+            const double f = alpha[q];
+            for (int64_t i = 0; i < d; i++) {
+                const double scaled = a[i] * f;  /* rounded, then the sum rounded */
+                a[i] = scaled + (double)y[i];
+            }
+        } else {
+            for (int64_t i = 0; i < d; i++)
+                a[i] += (double)y[i];
+        }
+    }
+}
+
 #ifdef HM_HAVE_AMX
 
 #include <cpuid.h>

@@ -57,4 +57,11 @@ int hm_amx_gemm(const uint16_t *A, int a_pieces, const uint16_t *B, int b_pieces
 int hm_amx_softmax_split(const float *S, int64_t lds, int64_t nq, int64_t nt, const double *m_old,
                          double *m_new, const float *scale, int64_t sub, int64_t rows_p, uint16_t *W);
 
+/* acc (nq x d float64) = acc * alpha[q] + Y[q] (float32 rows, stride ldy
+ * floats), or acc + Y where alpha is NULL: the read-out's running sums
+ * rescaled to a new maximum and a tile added, in one pass. Plain C: runs
+ * everywhere. */
+void hm_amx_accumulate(double *acc, int64_t nq, int64_t d, const double *alpha, const float *Y,
+                       int64_t ldy);
+
 #endif
