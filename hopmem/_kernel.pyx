@@ -39,6 +39,7 @@ cdef extern from "amx_batch.h" nogil:
                              double *m_new, const float *scale, int64_t sub, int64_t rows_p, uint16_t *W)
     void hm_amx_accumulate(double *acc, int64_t nq, int64_t d, const double *alpha, const float *Y,
                            int64_t ldy)
+    int hm_amx_exp(const float *x, int64_t n, float *out)
     int hm_amx_gemm(const uint16_t *A, int a_pieces, const uint16_t *B, int b_pieces,
                     float *C, int64_t ldc, int64_t Mp, int64_t Np, int64_t Kp, int precision)
 
@@ -985,3 +986,16 @@ def amx_accumulate(double[:, ::1] acc, alpha, const float[:, :] Y):
     cdef int64_t ldy = Y.strides[0] // 4
     with nogil:
         hm_amx_accumulate(&acc[0, 0], nq, d, ap, &Y[0, 0], ldy)
+
+
+def amx_exp(const float[::1] x):
+    """exp(x) (x <= 0) as the AMX softmax pass computes it, float32; for tests."""
+    out = np.empty(x.shape[0], dtype=np.float32)
+    cdef float[::1] o = out
+    cdef int rc = 0
+    if x.shape[0] > 0:
+        with nogil:
+            rc = hm_amx_exp(&x[0], x.shape[0], &o[0])
+    if rc < 0:
+        raise ValueError("amx_exp: expected AMX, got none (no AMX here)")
+    return out

@@ -178,44 +178,39 @@ static int pack_b(const float *src, int64_t sk, int64_t sn, int64_t K, int64_t N
     return 0;
 }
 
-/* exp(x) of 16 float32 x <= 0, rounded once to float32: computed in float64
- * (Cody-Waite reduction x = n ln 2 + r, |r| <= ln 2 / 2 up to 2^-40; the
- * degree-8 Taylor polynomial, whose truncation is below r^9 / 9! < 2^-31
- * relative there; Horner with fused multiply-adds, a few 2^-53; 2^n by scalef,
- * exact), so the float64 value is within 2^-30 of exp(x), relative, and the
- * float32 result within 2^-24 + 2^-30 relative (half a unit in the last place
- * and a little) of exp(x) where that is a normal float32; below 2^-126 within
- * 2^-149 absolute. x below -150 gives 0 (exp(x) < 2^-216). */
+/* exp(x) of 16 float32 x <= 0 (a logit minus its running maximum), in
+ * float32, within 3 2^-24 of exp(x), relative, where that is a normal float32
+ * (below 2^-126: within 2^-149 absolute). x below -150 gives 0 (exp(x) <
+ * 2^-216). The error:
+ * - n = round(x log2 e), |n| <= 217; r = x - n C1 exactly (C1 = ln 2 to 16
+ *   bits, so n C1 is a float32, and x and n C1 are within a factor 2 of each
+ *   other when n != 0: Sterbenz), then r - n C2 (C2 = ln 2 - C1 to float32)
+ *   rounded once: |r - (x - n ln 2)| <= 2^-24 |r| + 2^-36, |r| <= 0.35, so
+ *   exp(r) is off by at most 2^-25.5, relative;
+ * - the degree-7 Taylor polynomial of exp at 0: truncation r^8 / 8! < 2^-27.5;
+ * - Horner with fused multiply-adds, one rounding a step: the last (to p =
+ *   1 + r p1) 2^-24 of p, the one before 2^-24 |r p1| <= 2^-24 0.35 1.2 p, and
+ *   the rest, each scaled by another factor |r| <= 0.35, below 2^-24 0.3 p;
+ * - 2^n by scalef: exact for a normal result.
+ * In all below 2^-24 (1 + 0.42 + 0.3) + 2^-25.5 + 2^-27.5 < 2.2 2^-24. */
 HM_AMX_TARGET static inline __m512 exp16(__m512 x)
 {
-    const __m512d log2e = _mm512_set1_pd(0x1.71547652b82fep0);
-    const __m512d mln2hi = _mm512_set1_pd(-0x1.62e42fefa3800p-1);
-    const __m512d mln2lo = _mm512_set1_pd(-0x1.ef35793c76730p-45);
-    const __m512d c8 = _mm512_set1_pd(1.0 / 40320.0), c7 = _mm512_set1_pd(1.0 / 5040.0),
-                  c6 = _mm512_set1_pd(1.0 / 720.0), c5 = _mm512_set1_pd(1.0 / 120.0),
-                  c4 = _mm512_set1_pd(1.0 / 24.0), c3 = _mm512_set1_pd(1.0 / 6.0),
-                  c2 = _mm512_set1_pd(0.5), c1 = _mm512_set1_pd(1.0);
+    const __m512 log2e = _mm512_set1_ps(0x1.715476p0f);
+    const __m512 c1 = _mm512_set1_ps(0x1.62e4p-1f);          /* 16 bits of ln 2 */
+    const __m512 c2 = _mm512_set1_ps(0x1.7f7d1cp-20f);       /* ln 2 - c1, to float32 */
     x = _mm512_max_ps(x, _mm512_set1_ps(-150.0f));
-    __m512d h[2];
-    h[0] = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
-    h[1] = _mm512_cvtps_pd(_mm256_castsi256_ps(_mm512_extracti64x4_epi64(_mm512_castps_si512(x), 1)));
-    __m256 out[2];
-    for (int i = 0; i < 2; i++) {
-        __m512d n = _mm512_roundscale_pd(_mm512_mul_pd(h[i], log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        __m512d r = _mm512_fmadd_pd(n, mln2hi, h[i]);  /* exact: n ln2hi has 11 spare bits */
-        r = _mm512_fmadd_pd(n, mln2lo, r);
-        __m512d p = _mm512_fmadd_pd(c8, r, c7);
-        p = _mm512_fmadd_pd(p, r, c6);
-        p = _mm512_fmadd_pd(p, r, c5);
-        p = _mm512_fmadd_pd(p, r, c4);
-        p = _mm512_fmadd_pd(p, r, c3);
-        p = _mm512_fmadd_pd(p, r, c2);
-        p = _mm512_fmadd_pd(p, r, c1);
-        p = _mm512_fmadd_pd(p, r, c1);
-        out[i] = _mm512_cvtpd_ps(_mm512_scalef_pd(p, n));
-    }
-    return _mm512_castsi512_ps(_mm512_inserti64x4(_mm512_castsi256_si512(_mm256_castps_si256(out[0])),
-                                                  _mm256_castps_si256(out[1]), 1));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, c1, x);  /* exact */
+    r = _mm512_fnmadd_ps(n, c2, r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
 }
 
 /* bf16 bits (round to nearest even) of 16 finite float32, in 16-bit lanes,
@@ -228,6 +223,17 @@ HM_AMX_TARGET static inline __m256i bf16_16(__m512 x, __m512 *back)
     u = _mm512_and_si512(u, _mm512_set1_epi32((int)0xFFFF0000u));
     *back = _mm512_castsi512_ps(u);
     return _mm512_cvtepi32_epi16(_mm512_srli_epi32(u, 16));
+}
+
+HM_AMX_TARGET __attribute__((noinline))
+static int exp_f32(const float *x, int64_t n, float *out)
+{
+    for (int64_t j = 0; j < n; j += 16) {
+        const int64_t left = n - j;
+        const __mmask16 k = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1u);
+        _mm512_mask_storeu_ps(out + j, k, exp16(_mm512_maskz_loadu_ps(k, x + j)));
+    }
+    return 0;
 }
 
 HM_AMX_TARGET __attribute__((noinline))
@@ -390,6 +396,13 @@ int hm_amx_pack_b(const float *src, int64_t sk, int64_t sn, int64_t K, int64_t N
     return pack_b(src, sk, sn, K, N, pieces, Kp, Np, out);
 }
 
+int hm_amx_exp(const float *x, int64_t n, float *out)
+{
+    if (!hm_amx_available())
+        return -1;
+    return exp_f32(x, n, out);
+}
+
 int hm_amx_softmax_split(const float *S, int64_t lds, int64_t nq, int64_t nt, const double *m_old,
                         double *m_new, const float *scale, int64_t sub, int64_t rows_p, uint16_t *W)
 {
@@ -423,6 +436,12 @@ int hm_amx_pack_b(const float *src, int64_t sk, int64_t sn, int64_t K, int64_t N
                   int pieces, int64_t Kp, int64_t Np, uint16_t *out)
 {
     (void)src; (void)sk; (void)sn; (void)K; (void)N; (void)pieces; (void)Kp; (void)Np; (void)out;
+    return -1;
+}
+
+int hm_amx_exp(const float *x, int64_t n, float *out)
+{
+    (void)x; (void)n; (void)out;
     return -1;
 }
 

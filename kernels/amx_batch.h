@@ -46,6 +46,10 @@ int hm_amx_pack_b(const float *src, int64_t sk, int64_t sn, int64_t K, int64_t N
 int hm_amx_gemm(const uint16_t *A, int a_pieces, const uint16_t *B, int b_pieces,
                 float *C, int64_t ldc, int64_t Mp, int64_t Np, int64_t Kp, int precision);
 
+/* out[j] = exp(x[j]) for x[j] <= 0 as the softmax pass computes it (float32,
+ * within 3 2^-24 of exp, relative, for normal results): for tests. */
+int hm_amx_exp(const float *x, int64_t n, float *out);
+
 /* The softmax weights of a tile of logits, split for the read-out product.
  * S: nq x nt float32 logits (row stride lds); m_old[q]: each query's running
  * maximum so far (a float32 value or -inf). Sets m_new[q] = max(m_old[q],
