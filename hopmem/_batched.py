@@ -166,7 +166,8 @@ def packed_bytes(state: Any) -> int:
 
 def _step_amx(P: _Packed, scale: np.ndarray | None, Qu: np.ndarray, beta: float,
               n: int) -> np.ndarray:
-    """``_step`` with both products on AMX tiles (the same softmax, in NumPy)."""
+    """``_step`` with both products on AMX tiles; the softmax of a tile (maxima, ``exp``,
+    norms, the weights' pieces) in one C pass, the accumulator rescaled and added in another."""
     nq, d = Qu.shape
     mp, dp = _pad(nq), _pad(d)
     sp, rp = _PIECES[SCORE_PRECISION], _PIECES[READ_PRECISION]
