@@ -175,20 +175,29 @@ def _step_amx(P: _Packed, scale: np.ndarray | None, Qu: np.ndarray, beta: float,
     b = np.float32(beta)
     # the pieces of beta q (float32 products): the products give the logits
     _kernel.amx_split(Qu, np.full(d, b, dtype=np.float32), sp, mp, dp, Qs)
-    S = np.empty((mp, _pad(min(n, AMX_TILE_ROWS))), dtype=np.float32)
+    # two score tiles: the next one's products run while this one's softmax
+    # pass runs between them (one C call, the same bits as two)
+    S = [np.empty((mp, _pad(min(n, AMX_TILE_ROWS))), dtype=np.float32) for _ in range(2)]
     # the weights' pieces for each TILE_ROWS block of a score tile, one after another
     W = np.empty(rp * mp * AMX_TILE_ROWS, dtype=np.uint16)
     Y = np.empty((mp, dp), dtype=np.float32)
     M = np.full(nq, -np.inf)
     new = np.empty(nq)
     acc = np.zeros((nq, d))
-    for t, lo in enumerate(range(0, n, AMX_TILE_ROWS)):
+    starts = list(range(0, n, AMX_TILE_ROWS))
+    _kernel.amx_gemm(Qs, P.scores[0], S[0][:, :_pad(min(AMX_TILE_ROWS, n))], SCORE_PRECISION)
+    for t, lo in enumerate(starts):
         nt = min(AMX_TILE_ROWS, n - lo)
-        _kernel.amx_gemm(Qs, P.scores[t], S[:, :_pad(nt)], SCORE_PRECISION)
-        # float32 logits (beta q . a) -> the running maxima and the pieces of
-        # exp(logit - max) (times the norms), in one pass over the tile
+        St = S[t % 2]  # float32 logits (beta q . a), queries x rows
+        # the running maxima and the pieces of exp(logit - max) (times the norms),
+        # in one pass over the tile, beside the next tile's scores
         sc = None if scale is None else scale[lo:lo + nt]
-        _kernel.amx_softmax_split(S, nq, nt, M, new, sc, TILE_ROWS, mp, W)
+        if t + 1 < len(starts):
+            nn = min(AMX_TILE_ROWS, n - starts[t + 1])
+            _kernel.amx_gemm_softmax(Qs, P.scores[t + 1], S[(t + 1) % 2][:, :_pad(nn)], SCORE_PRECISION,
+                                     St, nq, nt, M, new, sc, TILE_ROWS, mp, W)
+        else:
+            _kernel.amx_softmax_split(St, nq, nt, M, new, sc, TILE_ROWS, mp, W)
         alpha: np.ndarray | None = np.exp(M - new)  # 0 for the first tile
         for s0 in range(0, nt, TILE_ROWS):  # read-out: float32 sums over TILE_ROWS rows
             nsp = _pad(min(TILE_ROWS, nt - s0))

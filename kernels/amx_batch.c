@@ -9,6 +9,7 @@
 #include "amx_batch.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #if defined(__x86_64__) && defined(__linux__) && \
@@ -236,53 +237,130 @@ static int exp_f32(const float *x, int64_t n, float *out)
     return 0;
 }
 
+/* The softmax pass of a tile (hm_amx_softmax_split) as resumable work, so
+ * that its vector instructions can run between the tile products of the next
+ * tile's scores (the AMX unit works through its queue meanwhile). The same
+ * operations on the same values whatever the slices: the same bits. */
+typedef struct {
+    const float *S, *scale;
+    const double *m_old;
+    double *m_new;
+    uint16_t *W;
+    int64_t lds, nq, nt, sub, rows_p, nsub;
+    int64_t q, b, j; /* row, block, column within the block (or within the row: the max) */
+    int phase;       /* 0: the row's maximum, 1: its weights */
+    __m512 mx;
+    float shift;
+} sm_work;
+
+static int sm_init(sm_work *st, const float *S, int64_t lds, int64_t nq, int64_t nt, const double *m_old,
+                   double *m_new, const float *scale, int64_t sub, int64_t rows_p, uint16_t *W)
+{
+    if (nq > rows_p || nq < 1 || nt < 1 || sub < 32 || sub % 32)
+        return -1;
+    st->S = S;
+    st->scale = scale;
+    st->m_old = m_old;
+    st->m_new = m_new;
+    st->W = W;
+    st->lds = lds;
+    st->nq = nq;
+    st->nt = nt;
+    st->sub = sub;
+    st->rows_p = rows_p;
+    st->nsub = (nt + sub - 1) / sub;
+    st->q = st->b = st->j = 0;
+    st->phase = 0;
+    st->shift = 0.0f;
+    /* the padding rows' weights: zero */
+    for (int64_t b = 0; b < st->nsub; b++) {
+        const int64_t lo = b * sub, ns = (nt - lo < sub) ? nt - lo : sub, pw = (ns + 31) / 32 * 32;
+        for (int p = 0; p < 2; p++)
+            if (rows_p > nq)
+                memset(W + b * 2 * rows_p * sub + p * rows_p * pw + nq * pw, 0, (size_t)((rows_p - nq) * pw) * 2);
+    }
+    return 0;
+}
+
+/* up to `budget` vectors of 16 columns; returns 1 while work is left */
+HM_AMX_TARGET static inline int sm_run(sm_work *st, int64_t budget)
+{
+    while (st->q < st->nq && budget > 0) {
+        const float *s = st->S + st->q * st->lds;
+        if (st->phase == 0) {
+            if (st->j == 0)
+                st->mx = _mm512_set1_ps(-INFINITY);
+            __m512 m = st->mx;
+            int64_t j = st->j;
+            for (; j + 16 <= st->nt && budget > 0; j += 16, budget--)
+                m = _mm512_max_ps(m, _mm512_loadu_ps(s + j));
+            if (j < st->nt && j + 16 > st->nt && budget > 0) {
+                __mmask16 k = (__mmask16)((1u << (st->nt - j)) - 1u);
+                m = _mm512_max_ps(m, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), k, s + j));
+                j = st->nt;
+                budget--;
+            }
+            st->mx = m;
+            st->j = j;
+            if (j >= st->nt) {
+                float top = _mm512_reduce_max_ps(m);
+                double nm = st->m_old[st->q] > (double)top ? st->m_old[st->q] : (double)top;
+                st->m_new[st->q] = nm;
+                st->shift = (float)nm; /* a float32 value (or -inf): exact */
+                st->phase = 1;
+                st->b = st->j = 0;
+            }
+            continue;
+        }
+        const __m512 shift = _mm512_set1_ps(st->shift);
+        const int64_t lo = st->b * st->sub, ns = (st->nt - lo < st->sub) ? st->nt - lo : st->sub,
+                      pw = (ns + 31) / 32 * 32;
+        uint16_t *w0 = st->W + st->b * 2 * st->rows_p * st->sub + st->q * pw, *w1 = w0 + st->rows_p * pw;
+        int64_t j = st->j;
+        for (; j < pw && budget > 0; j += 16, budget--) {
+            const int64_t left = ns - j;
+            __mmask16 k = left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1u);
+            __m512 x = _mm512_maskz_loadu_ps(k, s + lo + j);
+            __m512 w = exp16(_mm512_sub_ps(x, shift));
+            if (st->scale)
+                w = _mm512_mul_ps(w, _mm512_maskz_loadu_ps(k, st->scale + lo + j));
+            w = _mm512_maskz_mov_ps(k, w);
+            __m512 hi, lo2;
+            _mm256_storeu_si256((__m256i *)(w0 + j), bf16_16(w, &hi));
+            _mm256_storeu_si256((__m256i *)(w1 + j), bf16_16(_mm512_sub_ps(w, hi), &lo2));
+        }
+        st->j = j;
+        if (j >= pw) {
+            st->j = 0;
+            if (++st->b == st->nsub) {
+                st->b = 0;
+                st->phase = 0;
+                st->q++;
+            }
+        }
+    }
+    return st->q < st->nq;
+}
+
+/* vectors of work in a pass: the maxima and the weights of every row */
+static int64_t sm_size(const sm_work *st)
+{
+    int64_t w = 0;
+    for (int64_t b = 0; b < st->nsub; b++) {
+        const int64_t lo = b * st->sub, ns = (st->nt - lo < st->sub) ? st->nt - lo : st->sub;
+        w += (ns + 31) / 32 * 2;
+    }
+    return st->nq * ((st->nt + 15) / 16 + w);
+}
+
 HM_AMX_TARGET __attribute__((noinline))
 static int softmax_split(const float *S, int64_t lds, int64_t nq, int64_t nt, const double *m_old,
                          double *m_new, const float *scale, int64_t sub, int64_t rows_p, uint16_t *W)
 {
-    if (nq > rows_p || nt < 1 || sub < 32 || sub % 32)
+    sm_work st;
+    if (sm_init(&st, S, lds, nq, nt, m_old, m_new, scale, sub, rows_p, W) < 0)
         return -1;
-    const int64_t nsub = (nt + sub - 1) / sub;
-    for (int64_t q = 0; q < rows_p; q++) {
-        const float *s = S + q * lds;
-        float top = -INFINITY;
-        if (q < nq) {
-            __m512 m = _mm512_set1_ps(-INFINITY);
-            int64_t j = 0;
-            for (; j + 16 <= nt; j += 16)
-                m = _mm512_max_ps(m, _mm512_loadu_ps(s + j));
-            if (j < nt) {
-                __mmask16 k = (__mmask16)((1u << (nt - j)) - 1u);
-                m = _mm512_max_ps(m, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), k, s + j));
-            }
-            top = _mm512_reduce_max_ps(m);
-            double nm = m_old[q] > (double)top ? m_old[q] : (double)top;
-            m_new[q] = nm;
-            top = (float)nm;  /* a float32 value (or -inf): exact */
-        }
-        const __m512 shift = _mm512_set1_ps(top);
-        for (int64_t b = 0; b < nsub; b++) {
-            const int64_t lo = b * sub, ns = (nt - lo < sub) ? nt - lo : sub, pw = (ns + 31) / 32 * 32;
-            uint16_t *w0 = W + b * 2 * rows_p * sub + q * pw, *w1 = w0 + rows_p * pw;
-            if (q >= nq) {
-                memset(w0, 0, (size_t)pw * 2);
-                memset(w1, 0, (size_t)pw * 2);
-                continue;
-            }
-            for (int64_t j = 0; j < pw; j += 16) {
-                const int64_t left = ns - j;
-                __mmask16 k = left >= 16 ? (__mmask16)0xFFFF : left <= 0 ? 0 : (__mmask16)((1u << left) - 1u);
-                __m512 x = _mm512_maskz_loadu_ps(k, s + lo + j);
-                __m512 w = exp16(_mm512_sub_ps(x, shift));
-                if (scale)
-                    w = _mm512_mul_ps(w, _mm512_maskz_loadu_ps(k, scale + lo + j));
-                w = _mm512_maskz_mov_ps(k, w);
-                __m512 hi, lo2;
-                _mm256_storeu_si256((__m256i *)(w0 + j), bf16_16(w, &hi));
-                _mm256_storeu_si256((__m256i *)(w1 + j), bf16_16(_mm512_sub_ps(w, hi), &lo2));
-            }
-        }
-    }
+    sm_run(&st, INT64_MAX);
     return 0;
 }
 
@@ -294,7 +372,7 @@ typedef struct {
 
 HM_AMX_TARGET __attribute__((noinline))
 static int gemm(const uint16_t *A, int a_pieces, const uint16_t *B, int b_pieces,
-                float *C, int64_t ldc, int64_t Mp, int64_t Np, int64_t Kp, int precision)
+                float *C, int64_t ldc, int64_t Mp, int64_t Np, int64_t Kp, int precision, sm_work *sm)
 {
     int top; /* the products a_i b_j with i + j <= top */
     if (precision == 6 && a_pieces >= 3 && b_pieces >= 3)
@@ -315,6 +393,8 @@ static int gemm(const uint16_t *A, int a_pieces, const uint16_t *B, int b_pieces
     _tile_loadconfig(&cfg);
     const int64_t asz = Mp * Kp, bsz = Kp * Np, nkc = Kp / 32;
     const int64_t lda_b = Kp * 2, ldc_b = ldc * 4;
+    /* another tile's softmax pass, if any, in even slices between the K steps */
+    const int64_t sm_slice = sm ? sm_size(sm) / ((Np / 32) * (Mp / 32) * nkc) + 1 : 0;
     /* n0 outer: each strip of B streams in once and serves every block of
      * rows while it is in cache (the packed addresses, streamed once a batch,
      * are what bounds a batch: blocking K or prefetching measured slower) */
@@ -328,6 +408,8 @@ static int gemm(const uint16_t *A, int a_pieces, const uint16_t *B, int b_pieces
             for (int64_t kc = 0; kc < nkc; kc++) {
                 const uint16_t *a = A + m0 * Kp + kc * 32;
                 const uint16_t *b = B + ((n0 / 16) * nkc + kc) * 512;
+                if (sm)
+                    sm_run(sm, sm_slice);
                 if (top == 1) {
                     /* a1 b0, a0 b0, a0 b1: each piece loaded once */
                     _tile_loadd(6, b, 64);
@@ -374,6 +456,8 @@ static int gemm(const uint16_t *A, int a_pieces, const uint16_t *B, int b_pieces
         }
     }
     _tile_release();
+    if (sm)
+        sm_run(sm, INT64_MAX);
     return 0;
 }
 
@@ -396,6 +480,19 @@ int hm_amx_pack_b(const float *src, int64_t sk, int64_t sn, int64_t K, int64_t N
     return pack_b(src, sk, sn, K, N, pieces, Kp, Np, out);
 }
 
+int hm_amx_gemm_softmax(const uint16_t *A, int a_pieces, const uint16_t *B, int b_pieces, float *C,
+                        int64_t ldc, int64_t Mp, int64_t Np, int64_t Kp, int precision, const float *S,
+                        int64_t lds, int64_t nq, int64_t nt, const double *m_old, double *m_new,
+                        const float *scale, int64_t sub, int64_t rows_p, uint16_t *W)
+{
+    if (!hm_amx_available())
+        return -1;
+    sm_work st;
+    if (sm_init(&st, S, lds, nq, nt, m_old, m_new, scale, sub, rows_p, W) < 0)
+        return -1;
+    return gemm(A, a_pieces, B, b_pieces, C, ldc, Mp, Np, Kp, precision, &st);
+}
+
 int hm_amx_exp(const float *x, int64_t n, float *out)
 {
     if (!hm_amx_available())
@@ -416,7 +513,7 @@ int hm_amx_gemm(const uint16_t *A, int a_pieces, const uint16_t *B, int b_pieces
 {
     if (!hm_amx_available())
         return -1;
-    return gemm(A, a_pieces, B, b_pieces, C, ldc, Mp, Np, Kp, precision);
+    return gemm(A, a_pieces, B, b_pieces, C, ldc, Mp, Np, Kp, precision, NULL);
 }
 
 #else /* no AMX in this build */
@@ -436,6 +533,17 @@ int hm_amx_pack_b(const float *src, int64_t sk, int64_t sn, int64_t K, int64_t N
                   int pieces, int64_t Kp, int64_t Np, uint16_t *out)
 {
     (void)src; (void)sk; (void)sn; (void)K; (void)N; (void)pieces; (void)Kp; (void)Np; (void)out;
+    return -1;
+}
+
+int hm_amx_gemm_softmax(const uint16_t *A, int a_pieces, const uint16_t *B, int b_pieces, float *C,
+                        int64_t ldc, int64_t Mp, int64_t Np, int64_t Kp, int precision, const float *S,
+                        int64_t lds, int64_t nq, int64_t nt, const double *m_old, double *m_new,
+                        const float *scale, int64_t sub, int64_t rows_p, uint16_t *W)
+{
+    (void)A; (void)a_pieces; (void)B; (void)b_pieces; (void)C; (void)ldc; (void)Mp; (void)Np; (void)Kp;
+    (void)precision; (void)S; (void)lds; (void)nq; (void)nt; (void)m_old; (void)m_new; (void)scale;
+    (void)sub; (void)rows_p; (void)W;
     return -1;
 }
 

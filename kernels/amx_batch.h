@@ -68,4 +68,12 @@ int hm_amx_softmax_split(const float *S, int64_t lds, int64_t nq, int64_t nt, co
 void hm_amx_accumulate(double *acc, int64_t nq, int64_t d, const double *alpha, const float *Y,
                        int64_t ldy);
 
+/* hm_amx_gemm (C = A B) with hm_amx_softmax_split of another tile (S, ...,
+ * W; S must not be C) run in slices between its tile products, so the
+ * vector work overlaps the tiles'; the same bits as the two calls. */
+int hm_amx_gemm_softmax(const uint16_t *A, int a_pieces, const uint16_t *B, int b_pieces, float *C,
+                        int64_t ldc, int64_t Mp, int64_t Np, int64_t Kp, int precision, const float *S,
+                        int64_t lds, int64_t nq, int64_t nt, const double *m_old, double *m_new,
+                        const float *scale, int64_t sub, int64_t rows_p, uint16_t *W);
+
 #endif

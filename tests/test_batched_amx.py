@@ -272,3 +272,31 @@ def test_amx_exp_is_within_three_units_of_float32_rounding():
     assert (np.abs(got - e)[normal] <= 3 * U32 * e[normal]).all()
     assert (np.abs(got - e)[~normal] <= 2.0 ** -149).all()
     assert got[-1] == 0.0 and got[-5] == 1.0
+
+
+@needs_amx
+@settings(max_examples=15, deadline=None)
+@given(st.integers(1, 64), st.integers(1, 2200), st.integers(1, 300), st.booleans(), st.integers(0, 2**32 - 1))
+def test_amx_gemm_softmax_gives_the_bits_of_its_two_calls(nq, nt, n_next, scaled, seed):
+    # The next tile's score products with this tile's softmax pass run between
+    # them: the same products and the same weights as one call after the other.
+    rng = np.random.default_rng(seed)
+    mp, dp = (nq + 31) // 32 * 32, 64
+    A = rng.standard_normal((nq, 50)).astype(np.float32)
+    Ap = np.empty((2, mp, dp), dtype=np.uint16)
+    _kernel.amx_split(A, None, 2, mp, dp, Ap)
+    npad = (n_next + 31) // 32 * 32
+    Bp = _kernel.amx_pack_b(rng.standard_normal((50, n_next)).astype(np.float32), 2, dp, npad)
+    S = (rng.standard_normal((mp, nt)) * 5).astype(np.float32)
+    m_old = np.full(nq, -np.inf)
+    scale = (rng.random(nt) * 2).astype(np.float32) if scaled else None
+    size = ((nt + 1023) // 1024) * 2 * mp * 1024
+    got_c, want_c = (np.empty((mp, npad), dtype=np.float32) for _ in range(2))
+    got_w, want_w = (np.zeros(size, dtype=np.uint16) for _ in range(2))
+    got_m, want_m = np.empty(nq), np.empty(nq)
+    _kernel.amx_gemm_softmax(Ap, Bp, got_c, 3, S, nq, nt, m_old, got_m, scale, 1024, mp, got_w)
+    _kernel.amx_gemm(Ap, Bp, want_c, 3)
+    _kernel.amx_softmax_split(S, nq, nt, m_old, want_m, scale, 1024, mp, want_w)
+    np.testing.assert_array_equal(got_c, want_c)
+    np.testing.assert_array_equal(got_m, want_m)
+    np.testing.assert_array_equal(got_w, want_w)
