@@ -5,9 +5,9 @@ bf16 tiles: the scores from three bf16 pieces of each float32 operand (six
 products), the read-out from two (three products). It is held here to the
 error bound docs/hopfield.md states for it (``amx_bound``) against a float64
 textbook, to the same bits every time, and its packed pieces to the state
-they were built from. The AMX path is experimental and off by default
-(``HOPMEM_AMX=1`` or ``_batched.use_amx(True)`` turns it on; this module turns
-it on for its tests). Machines without AMX run the float32 path (held to its
+they were built from. The AMX path is the default where the CPU has it
+(``HOPMEM_AMX=0`` or ``_batched.use_amx(False)`` keeps float32 BLAS; this
+module turns it on for its tests whatever the environment says). Machines without AMX run the float32 path (held to its
 own bound in tests/test_hopfield.py) and skip the AMX tests; the switch that
 keeps the float32 path is tested everywhere.
 """
@@ -300,3 +300,20 @@ def test_amx_gemm_softmax_gives_the_bits_of_its_two_calls(nq, nt, n_next, scaled
     np.testing.assert_array_equal(got_c, want_c)
     np.testing.assert_array_equal(got_m, want_m)
     np.testing.assert_array_equal(got_w, want_w)
+
+
+@pytest.mark.subprocess
+def test_hopmem_amx_0_forces_float32_and_amx_is_the_default_where_the_cpu_has_it():
+    import os
+    import subprocess
+    import sys
+
+    code = "from hopmem import _batched, _kernel; print(_batched.amx_active(), _kernel.amx_available())"
+    for value, want in (("0", "False"), ("", None), ("1", None)):
+        env = dict(os.environ)
+        env.pop("HOPMEM_AMX", None)
+        if value:
+            env["HOPMEM_AMX"] = value
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                             check=True).stdout.split()
+        assert out[0] == (want or out[1])  # 0: float32; otherwise AMX wherever it runs
