@@ -47,10 +47,12 @@ else:
 extensions = [
     Extension(
         "hopmem._kernel",
-        sources=["hopmem/_kernel.pyx", "kernels/hopmem_kernel.c", "kernels/hopmem_threads.c"],
+        sources=["hopmem/_kernel.pyx", "kernels/hopmem_kernel.c", "kernels/hopmem_threads.c",
+                 "kernels/amx_batch.c"],
         include_dirs=["kernels", np.get_include()],
         depends=["kernels/hopmem_kernel.h", "kernels/hopmem_threads.h", "kernels/dots16_template.h",
-                 "kernels/rows_dot_template.h", "kernels/stream_template.h"],
+                 "kernels/rows_dot_template.h", "kernels/stream_template.h",
+                 "kernels/amx_batch.h"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
         extra_compile_args=compile_args,
         extra_link_args=link_args,

@@ -13,7 +13,8 @@ floor: one float32 matrix-vector product ``X @ q`` a step (the least any
 update must read).
 
 Batches of 64: per-query time of a plain full-activation batch read against its
-share of one GEMM (``Q @ X.T`` / 64), and, at the engine's default settings
+share of one GEMM (``Q @ X.T`` / 64), with float32 BLAS (``HOPMEM_AMX=0``) and,
+where the CPU has AMX, on AMX bf16 tiles (the default there), and, at the engine's default settings
 (competitive, about 2,000 locations, d = 384), a batch of 64 reads against 64
 single reads.
 
@@ -157,40 +158,91 @@ def single_reads(reps: int, sizes: tuple[int, ...]) -> list[str]:
     return lines
 
 
+def _amx(f: Callable[[], object]) -> Callable[[], object]:
+    """``f`` with blocked batches on AMX bf16 tiles (the default where the CPU has them)."""
+    from hopmem import _batched
+
+    def run() -> object:
+        before = _batched.use_amx(True)
+        try:
+            return f()
+        finally:
+            _batched.use_amx(before)
+    return run
+
+
+def _from_float64(mem: Memory, X: np.ndarray, Q: np.ndarray, got: np.ndarray) -> float:
+    """Largest |read - float64 textbook fast read| over the batch (unit read-outs)."""
+    X64 = X.astype(np.float64)
+    Q64 = Q.astype(np.float64)
+    Q64 /= np.linalg.norm(Q64, axis=1, keepdims=True)
+    S = BETA * (Q64 @ X64.T)
+    V = np.exp(S - S.max(axis=1, keepdims=True)) @ X64
+    V /= np.linalg.norm(V, axis=1, keepdims=True)
+    return float(np.linalg.norm(got.astype(np.float64) - V, axis=1).max())
+
+
 def batch_reads(reps: int, n: int) -> list[str]:
+    from hopmem import _batched, _kernel
+
     rng = np.random.default_rng(2)
     mem = Memory(D, mode="plain", k=n, beta=BETA, t_max=STEPS, epsilon=0.0)
     mem.write(unit_patterns(n, D, 0))
     X = shared_patterns(mem, n)
     Q = (X[rng.integers(0, n, BATCH)] + 0.5 * rng.standard_normal((BATCH, D)).astype(np.float32)
          / np.sqrt(D)).astype(np.float32)
-    # A batch this size runs as blocked GEMMs (hopmem/_batched.py): within the
+    amx = _kernel.amx_available()
+    before = _batched.use_amx(False)  # the float32 BLAS rows (AMX rows: _amx)
+    # A batch this size runs as blocked products (hopmem/_batched.py): within the
     # documented bound of single reads, not their bits.
     diff = {s: float(np.abs(mem.read(Q, s) - np.stack([mem.read(q, s) for q in Q])).max())
             for s in ("fast", "iterative")}
     assert max(diff.values()) < 1e-5, diff
-    t = interleaved({
+    contenders: dict[str, Callable[[], object]] = {
         "batch fast": lambda: mem.read(Q, "fast"),
         "batch iter": lambda: mem.read(Q, "iterative"),
         "single fast": lambda: [mem.read(q, "fast") for q in Q],
         "np batch": lambda: textbook_batch(X, Q, BETA),
         "gemm": lambda: Q @ X.T,
-    }, reps)
+    }
+    if amx:
+        contenders["amx fast"] = _amx(contenders["batch fast"])
+        contenders["amx iter"] = _amx(contenders["batch iter"])
+        amx_diff = float(np.abs(np.asarray(contenders["amx fast"]())
+                                - np.stack([mem.read(q, "fast") for q in Q])).max())
+        assert amx_diff < 1e-5, amx_diff
+    t = interleaved(contenders, reps)
     gemm = t["gemm"]
+    f32 = ", float32 BLAS (HOPMEM_AMX=0)" if amx else ""
     lines = [f"Plain, full activation, N = {n:,}, d = {D}, batch of {BATCH} (per query, "
              "median (p10-p90) µs):", "",
              "| read | per query | / GEMM share | / 64 single reads |", "|---|---|---|---|",
              f"| GEMM floor `Q @ X.T` | {_us(gemm, BATCH)} | 1.00x | |",
              f"| NumPy textbook batch step (2 GEMMs + softmax) | {_us(t['np batch'], BATCH)} | "
              f"{_ratio(t['np batch'], gemm):.2f}x | |",
-             f"| hopmem fast, batch | {_us(t['batch fast'], BATCH)} | "
+             f"| hopmem fast, batch{f32} | {_us(t['batch fast'], BATCH)} | "
              f"{_ratio(t['batch fast'], gemm):.2f}x | {_ratio(t['batch fast'], t['single fast']):.2f}x |",
-             f"| hopmem iterative ({STEPS} steps), batch | {_us(t['batch iter'], BATCH)} | "
-             f"{_ratio(t['batch iter'], gemm):.2f}x | |",
-             f"| hopmem fast, 64 single reads | {_us(t['single fast'], BATCH)} | "
-             f"{_ratio(t['single fast'], gemm):.2f}x | 1.00x |", "",
-             f"Largest difference from single reads: {diff['fast']:.1e} (fast), "
-             f"{diff['iterative']:.1e} (iterative)."]
+             f"| hopmem iterative ({STEPS} steps), batch{f32} | {_us(t['batch iter'], BATCH)} | "
+             f"{_ratio(t['batch iter'], gemm):.2f}x | |"]
+    if amx:
+        lines += [f"| hopmem fast, batch, AMX bf16 tiles (the default here) | {_us(t['amx fast'], BATCH)} | "
+                  f"{_ratio(t['amx fast'], gemm):.2f}x | {_ratio(t['amx fast'], t['single fast']):.2f}x |",
+                  f"| hopmem iterative ({STEPS} steps), batch, AMX bf16 tiles (the default here) | "
+                  f"{_us(t['amx iter'], BATCH)} | {_ratio(t['amx iter'], gemm):.2f}x | |"]
+    lines += [f"| hopmem fast, 64 single reads | {_us(t['single fast'], BATCH)} | "
+              f"{_ratio(t['single fast'], gemm):.2f}x | 1.00x |", "",
+              f"Largest difference from single reads: {diff['fast']:.1e} (fast), "
+              f"{diff['iterative']:.1e} (iterative)" + (f"; AMX tiles {amx_diff:.1e} (fast)." if amx else ".")]
+    Qu = (Q / np.linalg.norm(Q, axis=1, keepdims=True)).astype(np.float32)  # as the memory reads
+    np32 = textbook_batch(X, Qu, BETA)
+    np32 /= np.linalg.norm(np32, axis=1, keepdims=True)
+    err = [f"float32 BLAS {_from_float64(mem, X, Q, mem.read(Q, 'fast')):.1e}"]
+    if amx:
+        got = np.asarray(_amx(lambda: mem.read(Q, "fast"))())
+        err.append(f"AMX bf16 tiles {_from_float64(mem, X, Q, got):.1e}")
+    err.append(f"NumPy float32 textbook {_from_float64(mem, X, Q, np32):.1e}")
+    lines.append("Largest distance of a fast batch read from a float64 textbook: " + ", ".join(err) + ".")
+    _batched.use_amx(before)
     return lines
 
 

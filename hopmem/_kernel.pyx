@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 cimport numpy as cnp
-from libc.stdint cimport int64_t, int32_t, int8_t, uint32_t, uint64_t
+from libc.stdint cimport int64_t, int32_t, int8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from scipy.linalg.cython_blas cimport sgemm
 
@@ -27,6 +27,25 @@ cdef extern from "hopmem_threads.h" nogil:
     double HM_CHUNK_WORK
     int HM_MAX_THREADS
 
+
+cdef extern from "amx_batch.h" nogil:
+    int hm_amx_available()
+    int hm_amx_split_a(const float *src, int64_t rows, int64_t cols, int64_t lds,
+                       const float *colscale, int pieces, int64_t rows_p, int64_t cols_p,
+                       uint16_t *out)
+    int hm_amx_pack_b(const float *src, int64_t sk, int64_t sn, int64_t K, int64_t N,
+                      int pieces, int64_t Kp, int64_t Np, uint16_t *out)
+    int hm_amx_softmax_split(const float *S, int64_t lds, int64_t nq, int64_t nt, const double *m_old,
+                             double *m_new, const float *scale, int64_t sub, int64_t rows_p, uint16_t *W)
+    void hm_amx_accumulate(double *acc, int64_t nq, int64_t d, const double *alpha, const float *Y,
+                           int64_t ldy)
+    int hm_amx_exp(const float *x, int64_t n, float *out)
+    int hm_amx_gemm_softmax(const uint16_t *A, int a_pieces, const uint16_t *B, int b_pieces, float *C,
+                            int64_t ldc, int64_t Mp, int64_t Np, int64_t Kp, int precision, const float *S,
+                            int64_t lds, int64_t nq, int64_t nt, const double *m_old, double *m_new,
+                            const float *scale, int64_t sub, int64_t rows_p, uint16_t *W)
+    int hm_amx_gemm(const uint16_t *A, int a_pieces, const uint16_t *B, int b_pieces,
+                    float *C, int64_t ldc, int64_t Mp, int64_t Np, int64_t Kp, int precision)
 
 cdef extern from "hopmem_kernel.h" nogil:
     ctypedef struct hm_state:
@@ -849,3 +868,175 @@ def search_unit(const float[:, ::1] A, half, const float[:, ::1] Q, int64_t k):
     if rc < 0:
         _raise(rc, "search")
     return rows, top
+
+
+# AMX bf16 tile products for batched reads (kernels/amx_batch.h, hopmem/_batched.py).
+
+def amx_available():
+    """Whether this CPU, OS and build run AMX bf16 tiles (asks Linux once for the tile state)."""
+    return bool(hm_amx_available())
+
+
+def amx_split(const float[:, :] src, colscale, int pieces, int64_t rows_p, int64_t cols_p,
+              uint16_t[:, :, ::1] out):
+    """out[p] = bf16 piece p of src (times colscale per column, float32), zero padded.
+
+    src: rows with unit element stride; out: (pieces, rows_p, cols_p)."""
+    cdef int64_t rows = src.shape[0], cols = src.shape[1]
+    cdef int64_t lds = src.strides[0] // 4 if rows > 1 else cols
+    cdef const float[::1] sc
+    cdef const float *scp = NULL
+    cdef const float *sp = NULL
+    if cols > 1 and src.strides[1] != 4:
+        raise ValueError(f"src: expected rows of contiguous float32, got an element stride of {src.strides[1]} bytes")
+    if out.shape[0] != pieces or out.shape[1] != rows_p or out.shape[2] != cols_p:
+        raise ValueError(f"out: expected shape {(pieces, rows_p, cols_p)}, got {(out.shape[0], out.shape[1], out.shape[2])}")
+    if colscale is not None:
+        sc = colscale
+        if sc.shape[0] != cols:
+            raise ValueError(f"colscale: expected {cols} float32 values (one a column), got {sc.shape[0]}")
+        if cols > 0:
+            scp = &sc[0]
+    if rows > 0 and cols > 0:
+        sp = &src[0, 0]
+    cdef int rc
+    with nogil:
+        rc = hm_amx_split_a(sp, rows if cols > 0 else 0, cols, lds, scp, pieces, rows_p, cols_p, &out[0, 0, 0])
+    if rc < 0:
+        raise ValueError(f"amx_split: expected AMX, 1 to 3 pieces and src within the padded shape, "
+                         f"got {pieces} pieces, src {(rows, cols)}, padded {(rows_p, cols_p)}"
+                         f"{'' if hm_amx_available() else ' (no AMX here)'}")
+
+
+def amx_pack_b(const float[:, :] src, int pieces, int64_t Kp, int64_t Np):
+    """The bf16 pieces of src (K x N) in the AMX B layout, (pieces, Kp * Np) uint16."""
+    cdef int64_t K = src.shape[0], N = src.shape[1]
+    out = np.empty((pieces, Kp * Np), dtype=np.uint16)
+    cdef uint16_t[:, ::1] o = out
+    cdef int64_t sk = src.strides[0] // 4, sn = src.strides[1] // 4
+    cdef const float *sp = &src[0, 0] if K > 0 and N > 0 else NULL
+    cdef int rc
+    with nogil:
+        rc = hm_amx_pack_b(sp, sk, sn, K if N > 0 else 0, N if K > 0 else 0, pieces, Kp, Np, &o[0, 0])
+    if rc < 0:
+        raise ValueError(f"amx_pack_b: expected AMX, 1 to 3 pieces and src within Kp x Np (multiples of 32), "
+                         f"got {pieces} pieces, src {(K, N)}, padded {(Kp, Np)}"
+                         f"{'' if hm_amx_available() else ' (no AMX here)'}")
+    return out
+
+
+def amx_gemm(const uint16_t[:, :, ::1] A, const uint16_t[:, ::1] B, float[:, :] C, int precision):
+    """C (Mp x Np) = A (pieces, Mp, Kp) times B (pieces, Kp * Np, AMX layout), precision 3 or 6."""
+    cdef int64_t Mp = A.shape[1], Kp = A.shape[2], Np = C.shape[1]
+    cdef int64_t ldc = C.strides[0] // 4
+    if C.shape[0] != Mp or B.shape[1] != Kp * Np or (Np > 1 and C.strides[1] != 4):
+        raise ValueError(f"amx_gemm: expected A (p, Mp, Kp), B (p, Kp * Np), C (Mp, Np) with contiguous rows, "
+                         f"got A {(A.shape[0], A.shape[1], A.shape[2])}, B {(B.shape[0], B.shape[1])}, C {(C.shape[0], C.shape[1])}")
+    cdef int rc
+    with nogil:
+        rc = hm_amx_gemm(&A[0, 0, 0], <int>A.shape[0], &B[0, 0], <int>B.shape[0], &C[0, 0], ldc,
+                         Mp, Np, Kp, precision)
+    if rc < 0:
+        raise ValueError(f"amx_gemm: expected AMX, multiples of 32 and enough pieces for precision 3 (2) "
+                         f"or 6 (3), got precision {precision}, {A.shape[0]} and {B.shape[0]} pieces, "
+                         f"shape {(Mp, Np, Kp)}{'' if hm_amx_available() else ' (no AMX here)'}")
+
+
+def amx_softmax_split(const float[:, :] S, int64_t nq, int64_t nt, const double[::1] m_old,
+                      double[::1] m_new, scale, int64_t sub, int64_t rows_p, uint16_t[::1] W):
+    """The read-out weights exp(S - max) (times scale) of a tile of logits, in bf16 pieces.
+
+    S: (>= nq, >= nt) float32 logits with contiguous rows; m_old, m_new: (nq,)
+    running maxima before and after the tile; W: blocks of sub columns, block
+    b at b * 2 * rows_p * sub, each (2, rows_p, pad32(its columns))."""
+    cdef int64_t lds = S.strides[0] // 4 if S.shape[0] > 1 else S.shape[1]
+    cdef const float[::1] sc
+    cdef const float *scp = NULL
+    cdef int64_t nsub = (nt + sub - 1) // sub if sub > 0 else 0
+    cdef int64_t last = nt - (nsub - 1) * sub if nsub > 0 else 0
+    if (nq < 1 or nt < 1 or S.shape[0] < nq or S.shape[1] < nt or (S.shape[1] > 1 and S.strides[1] != 4)
+            or m_old.shape[0] < nq or m_new.shape[0] < nq or sub < 32 or sub % 32 or rows_p < nq
+            or W.shape[0] < (nsub - 1) * 2 * rows_p * sub + 2 * rows_p * ((last + 31) // 32 * 32)):
+        raise ValueError(f"amx_softmax_split: expected S (>= nq, >= nt) with contiguous rows, nq maxima, "
+                         f"sub a multiple of 32 and W large enough, got S {(S.shape[0], S.shape[1])}, "
+                         f"nq {nq}, nt {nt}, sub {sub}, rows_p {rows_p}, W {W.shape[0]}")
+    if scale is not None:
+        sc = scale
+        if sc.shape[0] < nt:
+            raise ValueError(f"scale: expected {nt} float32 values (one a column), got {sc.shape[0]}")
+        scp = &sc[0]
+    cdef int rc
+    with nogil:
+        rc = hm_amx_softmax_split(&S[0, 0], lds, nq, nt, &m_old[0], &m_new[0], scp, sub, rows_p, &W[0])
+    if rc < 0:
+        raise ValueError(f"amx_softmax_split: expected AMX, got none{'' if hm_amx_available() else ' (no AMX here)'}")
+
+
+def amx_accumulate(double[:, ::1] acc, alpha, const float[:, :] Y):
+    """acc = acc * alpha[:, None] + Y[:nq, :d] (alpha None: acc + Y), in one pass, float64."""
+    cdef int64_t nq = acc.shape[0], d = acc.shape[1]
+    cdef const double[::1] al
+    cdef const double *ap = NULL
+    if Y.shape[0] < nq or Y.shape[1] < d or (Y.shape[1] > 1 and Y.strides[1] != 4):
+        raise ValueError(f"Y: expected at least {(nq, d)} float32 with contiguous rows, "
+                         f"got {(Y.shape[0], Y.shape[1])}")
+    if alpha is not None:
+        al = alpha
+        if al.shape[0] < nq:
+            raise ValueError(f"alpha: expected {nq} float64 values, got {al.shape[0]}")
+        ap = &al[0]
+    if nq == 0 or d == 0:
+        return
+    cdef int64_t ldy = Y.strides[0] // 4
+    with nogil:
+        hm_amx_accumulate(&acc[0, 0], nq, d, ap, &Y[0, 0], ldy)
+
+
+def amx_exp(const float[::1] x):
+    """exp(x) (x <= 0) as the AMX softmax pass computes it, float32; for tests."""
+    out = np.empty(x.shape[0], dtype=np.float32)
+    cdef float[::1] o = out
+    cdef int rc = 0
+    if x.shape[0] > 0:
+        with nogil:
+            rc = hm_amx_exp(&x[0], x.shape[0], &o[0])
+    if rc < 0:
+        raise ValueError("amx_exp: expected AMX, got none (no AMX here)")
+    return out
+
+
+def amx_gemm_softmax(const uint16_t[:, :, ::1] A, const uint16_t[:, ::1] B, float[:, :] C, int precision,
+                     const float[:, :] S, int64_t nq, int64_t nt, const double[::1] m_old,
+                     double[::1] m_new, scale, int64_t sub, int64_t rows_p, uint16_t[::1] W):
+    """amx_gemm(A, B, C, precision) with amx_softmax_split(S, ...) of another tile run
+    between its tile products (the same bits as the two calls). S must not overlap C."""
+    cdef int64_t Mp = A.shape[1], Kp = A.shape[2], Np = C.shape[1]
+    cdef int64_t ldc = C.strides[0] // 4
+    cdef int64_t lds = S.strides[0] // 4 if S.shape[0] > 1 else S.shape[1]
+    cdef const float[::1] sc
+    cdef const float *scp = NULL
+    cdef int64_t nsub = (nt + sub - 1) // sub if sub > 0 else 0
+    cdef int64_t last = nt - (nsub - 1) * sub if nsub > 0 else 0
+    if C.shape[0] != Mp or B.shape[1] != Kp * Np or (Np > 1 and C.strides[1] != 4):
+        raise ValueError(f"amx_gemm_softmax: expected A (p, Mp, Kp), B (p, Kp * Np), C (Mp, Np) with contiguous rows, "
+                         f"got A {(A.shape[0], A.shape[1], A.shape[2])}, B {(B.shape[0], B.shape[1])}, C {(C.shape[0], C.shape[1])}")
+    if (nq < 1 or nt < 1 or S.shape[0] < nq or S.shape[1] < nt or (S.shape[1] > 1 and S.strides[1] != 4)
+            or m_old.shape[0] < nq or m_new.shape[0] < nq or sub < 32 or sub % 32 or rows_p < nq
+            or W.shape[0] < (nsub - 1) * 2 * rows_p * sub + 2 * rows_p * ((last + 31) // 32 * 32)):
+        raise ValueError(f"amx_gemm_softmax: expected S (>= nq, >= nt) with contiguous rows, nq maxima, "
+                         f"sub a multiple of 32 and W large enough, got S {(S.shape[0], S.shape[1])}, "
+                         f"nq {nq}, nt {nt}, sub {sub}, rows_p {rows_p}, W {W.shape[0]}")
+    if scale is not None:
+        sc = scale
+        if sc.shape[0] < nt:
+            raise ValueError(f"scale: expected {nt} float32 values (one a column), got {sc.shape[0]}")
+        scp = &sc[0]
+    cdef int rc
+    with nogil:
+        rc = hm_amx_gemm_softmax(&A[0, 0, 0], <int>A.shape[0], &B[0, 0], <int>B.shape[0], &C[0, 0], ldc,
+                                 Mp, Np, Kp, precision, &S[0, 0], lds, nq, nt, &m_old[0], &m_new[0], scp,
+                                 sub, rows_p, &W[0])
+    if rc < 0:
+        raise ValueError(f"amx_gemm_softmax: expected AMX, multiples of 32 and enough pieces for precision 3 (2) "
+                         f"or 6 (3), got precision {precision}, {A.shape[0]} and {B.shape[0]} pieces, "
+                         f"shape {(Mp, Np, Kp)}{'' if hm_amx_available() else ' (no AMX here)'}")

@@ -24,6 +24,17 @@ from hopmem.errors import DimensionMismatch
 U32 = 2.0 ** -24
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _float32_batches():
+    """Blocked batches here take the float32 BLAS path, whose bound this module holds,
+    even with HOPMEM_AMX=1 (AMX tiles: tests/test_batched_amx.py)."""
+    from hopmem import _batched
+
+    before = _batched.use_amx(False)
+    yield
+    _batched.use_amx(before)
+
+
 def score_error(d: int) -> float:
     """The kernel's bound on a float32 activation score (hm_score_error)."""
     return 4.0 * d * U32
