@@ -26,8 +26,8 @@ U32 = 2.0 ** -24
 
 @pytest.fixture(autouse=True, scope="module")
 def _float32_batches():
-    """Blocked batches here take the float32 BLAS path, whose bound this module holds,
-    even with HOPMEM_AMX=1 (AMX tiles: tests/test_batched_amx.py)."""
+    """Blocked batches here take the float32 BLAS path, whose bound this module holds, whatever
+    HOPMEM_AMX says (the AMX path, the default on CPUs that have it: tests/test_batched_amx.py)."""
     from hopmem import _batched
 
     before = _batched.use_amx(False)
