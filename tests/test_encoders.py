@@ -278,7 +278,7 @@ class TestSentenceTransformerFallbacks:
             default_encoder()
         finally:
             default_encoder.cache_clear()
-        assert asked == [{"quantize": encoders.DEFAULT_QUANTIZATION}] and encoders.DEFAULT_QUANTIZATION is None
+        assert asked == [{"quantize": encoders.DEFAULT_QUANTIZATION}] and encoders.DEFAULT_QUANTIZATION == "int8"
 
     def test_encoder_available_is_a_bool(self):
         assert isinstance(encoder_available(), bool)

