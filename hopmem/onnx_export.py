@@ -25,16 +25,16 @@ blocked ``QuantizeLinear`` whose block is the whole row, as uint8 around 128);
 its weights are int8 with one symmetric scale per output channel; the product
 is ONNX Runtime's ``MatMulIntegerToFloat`` (the u8 x s8 integer GEMM, with the
 channel scales applied) times the row scales, then the bias. Attention is
-``com.microsoft`` ``MultiHeadAttention`` in float32 on the quantised QKV
-projection. The packed QKV projections of the second half of the layers stay
-float32: they are the most sensitive to quantisation (per projection, the
-largest loss of cosine with float32), and keeping them moves the vectors from
-a mean cosine of 0.9969 to 0.9982 with float32's for 10% of the speed. A
-token's scale depends on that token alone, so a text's vector
-does not depend on the texts it is batched with (ONNX Runtime's dynamic
-quantisation takes one scale for the whole batch, padding included); and one
-scale per row rather than per batch keeps the vectors nearer float32's.
-Embeddings, LayerNorms, GELU and softmax stay float32.
+``com.microsoft`` ``MultiHeadAttention`` in float32 on the QKV projection. The
+packed QKV projections of the second half of the layers stay float32: they are
+the most sensitive to quantisation (per projection, the largest loss of cosine
+with float32), and keeping them moves the vectors from a mean cosine of 0.9969
+to 0.9982 with float32's for 10% of the speed. A token's scale depends on that
+token alone, so a text's vector does not depend on the texts it is batched
+with (ONNX Runtime's dynamic quantisation takes one scale for the whole batch,
+padding included); and one scale per row rather than per batch keeps the
+vectors nearer float32's. Embeddings, LayerNorms, GELU and softmax stay
+float32; the int8 graph is opset 21 (blocked ``QuantizeLinear``).
 """
 
 from __future__ import annotations
