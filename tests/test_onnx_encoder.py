@@ -40,7 +40,7 @@ from hopmem.errors import IncompatibleStore, InvalidInput
 #: shipped for each; a change here is an on-disk format change.
 TORCH_MINILM = "a7dc645a93cec792"
 ONNX_MINILM = "0fb0f6320440dccd"
-ONNX_MINILM_INT8 = "2250ab7ce24a4c6f"
+ONNX_MINILM_INT8 = "5316ee41c2e8b909"
 
 
 # ------------------------------------------------------------------ fingerprints (no model)

