@@ -7,6 +7,7 @@
                                                                                    # primary estimate
     python -m benchmarks.agent_eval.run --quick         # fewer latency entries and repeats
     python -m benchmarks.agent_eval.run --encoder hashing   # no model (lexical hashing encoder)
+    python -m benchmarks.agent_eval.run --encoder default   # the library's default encoder (int8 MiniLM)
     python -m benchmarks.agent_eval.run --splits 5 --plot docs/img/agent_eval.png   # and the figure
     python -m benchmarks.agent_eval.run --data dev --fit-defaults   # the uncalibrated verdict models
     python -m benchmarks.agent_eval.run --data test10,test11,test12,test13 --no-calibrate --no-latency   # the
@@ -164,13 +165,15 @@ def pooled(sets: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
 
 
 def make_encoder(name: str) -> Any:
-    from hopmem.encoders import HashingEncoder, SentenceTransformerEncoder
+    from hopmem.encoders import HashingEncoder, SentenceTransformerEncoder, default_encoder
 
     if name == "minilm":
         return SentenceTransformerEncoder()
+    if name == "default":
+        return default_encoder()
     if name == "hashing":
         return HashingEncoder(384)
-    raise SystemExit(f"--encoder: expected minilm or hashing, got {name!r}")
+    raise SystemExit(f"--encoder: expected minilm, default or hashing, got {name!r}")
 
 
 def build_memory(path: str, encoder: Any, data: dict[str, Any], config: Any = None):
@@ -505,7 +508,9 @@ def main(argv: list[str] | None = None) -> int:
                              "are pooled (each set in its own memory and calibrated on its own questions, every "
                              "question then scored once)")
     parser.add_argument("--quick", action="store_true", help="smaller latency run (2,000 entries, 1 repeat)")
-    parser.add_argument("--encoder", default="minilm", choices=("minilm", "hashing"))
+    parser.add_argument("--encoder", default="minilm", choices=("minilm", "default", "hashing"),
+                        help="minilm: all-MiniLM-L6-v2 on torch (the figures in the docs); default: the library's "
+                             "default encoder (the same model, int8 on ONNX Runtime); hashing: no model")
     parser.add_argument("--entries", type=int, default=None, help="entries for the latency run (default 10000)")
     parser.add_argument("--no-latency", action="store_true")
     parser.add_argument("--error-budget", type=float, default=None,
