@@ -942,6 +942,28 @@ def amx_gemm(const uint16_t[:, :, ::1] A, const uint16_t[:, ::1] B, float[:, :] 
                          f"shape {(Mp, Np, Kp)}{'' if hm_amx_available() else ' (no AMX here)'}")
 
 
+cdef const float *_softmax_tile_args(str name, const float[:, :] S, int64_t nq, int64_t nt,
+                                     const double[::1] m_old, const double[::1] m_new, scale, int64_t sub,
+                                     int64_t rows_p, const uint16_t[::1] W) except? NULL:
+    """Check a softmax tile's arguments (amx_softmax_split, amx_gemm_softmax); the column scales' data, or
+    NULL without them (``scale`` must outlive the call that uses the pointer)."""
+    cdef const float[::1] sc
+    cdef int64_t nsub = (nt + sub - 1) // sub if sub > 0 else 0
+    cdef int64_t last = nt - (nsub - 1) * sub if nsub > 0 else 0
+    if (nq < 1 or nt < 1 or S.shape[0] < nq or S.shape[1] < nt or (S.shape[1] > 1 and S.strides[1] != 4)
+            or m_old.shape[0] < nq or m_new.shape[0] < nq or sub < 32 or sub % 32 or rows_p < nq
+            or W.shape[0] < (nsub - 1) * 2 * rows_p * sub + 2 * rows_p * ((last + 31) // 32 * 32)):
+        raise ValueError(f"{name}: expected S (>= nq, >= nt) with contiguous rows, nq maxima, "
+                         f"sub a multiple of 32 and W large enough, got S {(S.shape[0], S.shape[1])}, "
+                         f"nq {nq}, nt {nt}, sub {sub}, rows_p {rows_p}, W {W.shape[0]}")
+    if scale is None:
+        return NULL
+    sc = scale
+    if sc.shape[0] < nt:
+        raise ValueError(f"scale: expected {nt} float32 values (one a column), got {sc.shape[0]}")
+    return &sc[0]
+
+
 def amx_softmax_split(const float[:, :] S, int64_t nq, int64_t nt, const double[::1] m_old,
                       double[::1] m_new, scale, int64_t sub, int64_t rows_p, uint16_t[::1] W):
     """The read-out weights exp(S - max) (times scale) of a tile of logits, in bf16 pieces.
@@ -950,21 +972,7 @@ def amx_softmax_split(const float[:, :] S, int64_t nq, int64_t nt, const double[
     running maxima before and after the tile; W: blocks of sub columns, block
     b at b * 2 * rows_p * sub, each (2, rows_p, pad32(its columns))."""
     cdef int64_t lds = S.strides[0] // 4 if S.shape[0] > 1 else S.shape[1]
-    cdef const float[::1] sc
-    cdef const float *scp = NULL
-    cdef int64_t nsub = (nt + sub - 1) // sub if sub > 0 else 0
-    cdef int64_t last = nt - (nsub - 1) * sub if nsub > 0 else 0
-    if (nq < 1 or nt < 1 or S.shape[0] < nq or S.shape[1] < nt or (S.shape[1] > 1 and S.strides[1] != 4)
-            or m_old.shape[0] < nq or m_new.shape[0] < nq or sub < 32 or sub % 32 or rows_p < nq
-            or W.shape[0] < (nsub - 1) * 2 * rows_p * sub + 2 * rows_p * ((last + 31) // 32 * 32)):
-        raise ValueError(f"amx_softmax_split: expected S (>= nq, >= nt) with contiguous rows, nq maxima, "
-                         f"sub a multiple of 32 and W large enough, got S {(S.shape[0], S.shape[1])}, "
-                         f"nq {nq}, nt {nt}, sub {sub}, rows_p {rows_p}, W {W.shape[0]}")
-    if scale is not None:
-        sc = scale
-        if sc.shape[0] < nt:
-            raise ValueError(f"scale: expected {nt} float32 values (one a column), got {sc.shape[0]}")
-        scp = &sc[0]
+    cdef const float *scp = _softmax_tile_args("amx_softmax_split", S, nq, nt, m_old, m_new, scale, sub, rows_p, W)
     cdef int rc
     with nogil:
         rc = hm_amx_softmax_split(&S[0, 0], lds, nq, nt, &m_old[0], &m_new[0], scp, sub, rows_p, &W[0])
@@ -1013,24 +1021,10 @@ def amx_gemm_softmax(const uint16_t[:, :, ::1] A, const uint16_t[:, ::1] B, floa
     cdef int64_t Mp = A.shape[1], Kp = A.shape[2], Np = C.shape[1]
     cdef int64_t ldc = C.strides[0] // 4
     cdef int64_t lds = S.strides[0] // 4 if S.shape[0] > 1 else S.shape[1]
-    cdef const float[::1] sc
-    cdef const float *scp = NULL
-    cdef int64_t nsub = (nt + sub - 1) // sub if sub > 0 else 0
-    cdef int64_t last = nt - (nsub - 1) * sub if nsub > 0 else 0
     if C.shape[0] != Mp or B.shape[1] != Kp * Np or (Np > 1 and C.strides[1] != 4):
         raise ValueError(f"amx_gemm_softmax: expected A (p, Mp, Kp), B (p, Kp * Np), C (Mp, Np) with contiguous rows, "
                          f"got A {(A.shape[0], A.shape[1], A.shape[2])}, B {(B.shape[0], B.shape[1])}, C {(C.shape[0], C.shape[1])}")
-    if (nq < 1 or nt < 1 or S.shape[0] < nq or S.shape[1] < nt or (S.shape[1] > 1 and S.strides[1] != 4)
-            or m_old.shape[0] < nq or m_new.shape[0] < nq or sub < 32 or sub % 32 or rows_p < nq
-            or W.shape[0] < (nsub - 1) * 2 * rows_p * sub + 2 * rows_p * ((last + 31) // 32 * 32)):
-        raise ValueError(f"amx_gemm_softmax: expected S (>= nq, >= nt) with contiguous rows, nq maxima, "
-                         f"sub a multiple of 32 and W large enough, got S {(S.shape[0], S.shape[1])}, "
-                         f"nq {nq}, nt {nt}, sub {sub}, rows_p {rows_p}, W {W.shape[0]}")
-    if scale is not None:
-        sc = scale
-        if sc.shape[0] < nt:
-            raise ValueError(f"scale: expected {nt} float32 values (one a column), got {sc.shape[0]}")
-        scp = &sc[0]
+    cdef const float *scp = _softmax_tile_args("amx_gemm_softmax", S, nq, nt, m_old, m_new, scale, sub, rows_p, W)
     cdef int rc
     with nogil:
         rc = hm_amx_gemm_softmax(&A[0, 0, 0], <int>A.shape[0], &B[0, 0], <int>B.shape[0], &C[0, 0], ldc,

@@ -317,3 +317,16 @@ def test_hopmem_amx_0_forces_float32_and_amx_is_the_default_where_the_cpu_has_it
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                              check=True).stdout.split()
         assert out[0] == (want or out[1])  # 0: float32; otherwise AMX wherever it runs
+
+
+def test_the_softmax_tile_entry_points_refuse_bad_arguments_before_any_amx_instruction():
+    from hopmem import _kernel
+
+    S, m = np.zeros((2, 64), np.float32), np.zeros(2)
+    A, B, C = np.zeros((2, 32, 32), np.uint16), np.zeros((2, 32 * 32), np.uint16), np.zeros((32, 32), np.float32)
+    for name, call in (("amx_softmax_split", lambda *a: _kernel.amx_softmax_split(*a)),
+                       ("amx_gemm_softmax", lambda *a: _kernel.amx_gemm_softmax(A, B, C, 3, *a))):
+        with pytest.raises(ValueError, match=f"{name}: expected S"):
+            call(S, 2, 64, m, m, None, 32, 2, np.zeros(10, np.uint16))  # W too small
+        with pytest.raises(ValueError, match="scale: expected 64 float32 values"):
+            call(S, 2, 64, m, m, np.zeros(3, np.float32), 32, 2, np.zeros(4096, np.uint16))

@@ -66,26 +66,12 @@ DEPTH = 40
 SUBJECT_GRID = (0.0, 0.1, 0.25, 0.5, 1.0)
 DATE_GRID = (0.0, 0.25, 0.5, 1.0)
 
-_AUX = frozenset("is are was were do does did has have had will would can could should might may must".split())
-_NOT_PLURAL = frozenset("this his its was has does is us yes less unless always perhaps".split())
-
 
 def aggregation(question: str) -> bool:
-    """Whether the question's English form asks for several things (see the module docstring)."""
-    q = question.lower()
-    if re.search(r"\bhow many\b|\bboth\b|\bin common\b", q):
-        return True
-    ws = re.findall(r"[a-z']+", q)
-    if not ws or ws[0] not in ("what", "which"):
-        return False
-    if len(ws) > 1 and ws[1] in ("are", "were"):
-        return True
-    for w in ws[1:]:
-        if w in _AUX:
-            return False
-        if len(w) > 3 and w.endswith("s") and not w.endswith(("ss", "us", "is")) and w not in _NOT_PLURAL:
-            return True
-    return False
+    """Whether the question's English form asks for several things: the library's own rule."""
+    from hopmem.agent.parts import asks_for_several
+
+    return asks_for_several(question)
 
 
 def _open(conv: Conversation, encoder: CachedEncoder, **config: Any) -> Any:
