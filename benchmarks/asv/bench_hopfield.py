@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 import hopmem
-from hopmem import Memory
+from hopmem import Memory, _batched
 
 D = 384
 BETA = 10.0
@@ -44,7 +44,15 @@ class FullActivationSuite:
         self.mem.read(self.q, read)
 
     def time_read_batch64(self, n, read):
-        self.mem.read(self.Q, read)
+        self.mem.read(self.Q, read)  # on AMX bf16 tiles where the CPU has them
+
+    def time_read_batch64_float32(self, n, read):
+        """The same batch on float32 BLAS even where the CPU has AMX (what HOPMEM_AMX=0 selects)."""
+        before = _batched.use_amx(False)
+        try:
+            self.mem.read(self.Q, read)
+        finally:
+            _batched.use_amx(before)
 
     def time_hopfield(self, n, read):
         hopmem.hopfield(self.X, self.q, BETA, steps=self.steps)
