@@ -143,6 +143,22 @@ def clustered(n: int, dim: int, *, rng: np.random.Generator | int = 0, centres: 
     return X.astype(np.float32)
 
 
+def assert_batch_agrees_with_single_reads(mem, Q: np.ndarray, strategy: str, atol: float) -> None:
+    """``mem.read(Q, strategy)`` is within ``atol`` of reading each row alone, and gives the same bits
+    on 4 hopmem threads as on the current setting."""
+    import hopmem
+
+    batch = mem.read(Q, strategy)
+    single = np.stack([mem.read(q, strategy) for q in Q])
+    np.testing.assert_allclose(batch, single, rtol=0, atol=atol)
+    before = hopmem.get_threads()
+    try:
+        hopmem.set_threads(4)
+        np.testing.assert_array_equal(mem.read(Q, strategy), batch)
+    finally:
+        hopmem.set_threads(before)
+
+
 # -- Ray (hopmem.cluster) ---------------------------------------------------------------------
 
 CLUSTER_SKIP = "Ray is not installed (the optional extra hopmem[cluster])"

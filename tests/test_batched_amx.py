@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import hopmem
+from conftest import assert_batch_agrees_with_single_reads
 from hopmem import Memory, _batched, _kernel
 
 U32 = 2.0 ** -24
@@ -160,15 +160,7 @@ def test_amx_batches_agree_with_single_reads_and_ignore_thread_counts():
     Q = (X[rng.integers(0, 3000, 40)] + 0.3 * rng.standard_normal((40, 48))).astype(np.float32)
     mem = full_memory(X, beta=6.0, t_max=3, epsilon=0.0)
     for strategy in ("fast", "iterative"):
-        batch = mem.read(Q, strategy)
-        single = np.stack([mem.read(q, strategy) for q in Q])
-        np.testing.assert_allclose(batch, single, rtol=0, atol=2e-5)
-        before = hopmem.get_threads()
-        try:
-            hopmem.set_threads(4)
-            np.testing.assert_array_equal(mem.read(Q, strategy), batch)
-        finally:
-            hopmem.set_threads(before)
+        assert_batch_agrees_with_single_reads(mem, Q, strategy, atol=2e-5)
 
 
 @needs_amx

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import hopmem
+from conftest import assert_batch_agrees_with_single_reads
 from hopmem import InvalidInput, Memory, _kernel
 from hopmem.errors import DimensionMismatch
 
@@ -418,15 +419,7 @@ def test_blocked_batch_reads_agree_with_single_reads():
     mem = full_memory(X, beta=6.0, t_max=3, epsilon=0.0)
     for strategy in ("fast", "iterative"):
         assert _batched.applies(mem._state, mem.config, len(Q), strategy == "fast")
-        batch = mem.read(Q, strategy)
-        single = np.stack([mem.read(q, strategy) for q in Q])
-        np.testing.assert_allclose(batch, single, rtol=0, atol=2e-6)
-        before = hopmem.get_threads()
-        try:
-            hopmem.set_threads(4)
-            np.testing.assert_array_equal(mem.read(Q, strategy), batch)
-        finally:
-            hopmem.set_threads(before)
+        assert_batch_agrees_with_single_reads(mem, Q, strategy, atol=2e-6)
 
 
 def test_batches_the_blocked_path_does_not_serve_are_the_kernels_bits():
