@@ -329,7 +329,7 @@ class DatabaseFile:
                 raise IncompatibleStore(
                     f"{where}: database was written with encoder {have.name!r} (fingerprint "
                     f"{have.fingerprint}), opened with encoder {enc.name!r} (fingerprint "
-                    f"{enc.fingerprint}){matching_encoder_hint(have.name)}")
+                    f"{enc.fingerprint}){matching_encoder_hint(have.name, str(have.fingerprint))}")
             if have is None or (have.fingerprint is None and enc.fingerprint is not None):
                 if not self.readonly:
                     with self.transaction(where) as conn:
