@@ -70,7 +70,7 @@ __all__ = ["DEFAULT_GATES", "DEFAULT_BAND_GATES", "DEFAULT_MODELS",
            "VERDICT_FEATURES", "CROWD_COSINE", "MARGIN_NEIGHBOURS", "GROUNDING_SEMANTIC_WEIGHT",
            "GROUNDING_NOVELTY_WEIGHT", "MODE_FEATURES", "CROSS_FIT_FOLDS", "WEAK_GATE_AUC", "VerdictModel", "Verdict",
            "CALIBRATED_FEATURES", "SHARE_DEPTH", "AGREEMENT_TOP", "AGREEMENT_DEPTH", "RANKING_FEATURES",
-           "fit_model", "cross_fitted_log_odds", "margin", "ranking_features",
+           "fit_model", "fit_logistic", "cross_fitted_log_odds", "margin", "ranking_features",
            "verdict_features", "grounding_statistic", "select_gates",
            "gate_note", "decide", "admit", "abstention_reason", "admission_reason"]
 
@@ -169,20 +169,9 @@ def fit_model(features: Sequence[str], relevant: Sequence[Mapping[str, float]],
     mean = X.mean(axis=0)
     scale = X.std(axis=0)
     scale[scale < 1e-12] = np.inf  # a constant feature carries no information
-    Z = np.hstack([(X - mean) / scale, np.ones((len(y), 1))])
-    penalty = np.eye(Z.shape[1]) * l2
-    penalty[-1, -1] = 0.0
-    w = np.zeros(Z.shape[1])
-    for _ in range(100):
-        p = 1.0 / (1.0 + np.exp(-np.clip(Z @ w, -500, 500)))
-        gradient = Z.T @ (p - y) + penalty @ w
-        hessian = Z.T @ (Z * (p * (1.0 - p))[:, None]) + penalty + 1e-9 * np.eye(Z.shape[1])
-        step = np.linalg.solve(hessian, gradient)
-        w -= step
-        if np.abs(step).max() < 1e-10:
-            break
-    weights = w[:-1] / scale
-    intercept = float(w[-1] - np.sum(w[:-1] * mean / scale))
+    coef, bias = fit_logistic((X - mean) / scale, y, l2=l2)
+    weights = coef / scale
+    intercept = float(bias - np.sum(coef * mean / scale))
     return VerdictModel(features=tuple(features), weights=tuple(float(x) for x in weights), intercept=intercept)
 
 
@@ -438,3 +427,28 @@ def admission_reason(verdict: Verdict, gate: Gate, top_admitted_by: str) -> str:
     if verdict.passes:
         return f"admitted: {verdict.what} >= tau {gate.tau:.3f}"
     return f"admitted by {top_admitted_by} ({verdict.what} < tau {gate.tau:.3f})"
+
+
+def fit_logistic(X: np.ndarray, y: np.ndarray, *, l2: float | np.ndarray = 1.0,
+                 sample_weight: np.ndarray | None = None, iterations: int = 100) -> tuple[np.ndarray, float]:
+    """L2-regularised logistic regression by Newton's method (the intercept unpenalised): weights and
+    intercept minimising ``sum(sample_weight * logloss) + 0.5 * l2 * |w|^2``. Deterministic."""
+    X = np.asarray(X, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    s = np.ones(len(y)) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+    if X.ndim != 2 or len(X) != len(y) or len(s) != len(y) or not len(y):
+        raise InvalidInput("fit_logistic: expected X (n, d), y (n,) and sample_weight (n,), n >= 1")
+    Z = np.hstack([X, np.ones((len(y), 1))])
+    penalty = np.zeros(Z.shape[1])
+    penalty[:-1] = l2
+    w = np.zeros(Z.shape[1])
+    for _ in range(iterations):
+        p = 1.0 / (1.0 + np.exp(-np.clip(Z @ w, -500, 500)))
+        gradient = Z.T @ (s * (p - y)) + penalty * w
+        hessian = Z.T @ (Z * (s * p * (1.0 - p))[:, None])
+        hessian[np.diag_indices_from(hessian)] += penalty + 1e-9
+        step = np.linalg.solve(hessian, gradient)
+        w -= step
+        if np.abs(step).max() < 1e-10:
+            break
+    return w[:-1], float(w[-1])
