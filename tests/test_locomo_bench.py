@@ -217,3 +217,44 @@ def test_latency_against_the_deeper_reads(tmp_path: Path) -> None:
                         "--encoder", "hashing", "--baseline", "aggregation"])
     for name in ("defaults", "without deeper reads"):
         assert 0.0 < out[name]["p50_ms"] <= out[name]["p95_ms"]
+
+
+def test_fit_reranker_on_tiny_fixture(tmp_path: Path) -> None:
+    from benchmarks.locomo import fit_reranker
+    from hopmem.agent import AgentMemory
+    from hopmem.agent.encoding import space_centerer
+    from hopmem.agent.rerank import LinearReranker, shipped_reranker
+    from hopmem.encoders import HashingEncoder
+
+    out_json = tmp_path / "fit.json"
+    out = fit_reranker.main([str(FIXTURE), "--encoder", "hashing", "--depth", "8", "--sets", "dev", "--write",
+                             "--out", str(tmp_path), "--json", str(out_json)])
+    saved = json.loads(out_json.read_text())
+    table = saved["loco"]
+    assert set(table) == {"plain", *fit_reranker.VARIANTS}
+    for name, row in table.items():
+        assert 0.0 <= row["all"] <= 1.0 and row["ci"][0] <= row["all"] + 1e-12 <= row["ci"][1] + 2e-12
+        if name != "plain":
+            assert row["gain"]["mean"] == pytest.approx(row["all"] - table["plain"]["all"])
+    written = Path(out["written"])
+    assert written.parent == tmp_path
+    enc = HashingEncoder(384)
+    model = shipped_reranker(written.stem, 384, space_centerer(enc, 384).fingerprint, directory=tmp_path)
+    assert isinstance(model, LinearReranker) and model.depth == 8
+    # the written model works in a memory: its order is a re-ordering of the fused order's first 8
+    with AgentMemory.open(":memory:", encoder=enc, namespace="t", reranker=model) as mem, \
+            AgentMemory.open(":memory:", encoder=enc, namespace="t", reranker=False) as plain:
+        for m in (mem, plain):
+            m.remember_many([f"A: note {i} about the garden and the lake trip {i % 3}" for i in range(20)],
+                            progress=False)
+        got = {h.entry_id for h in mem.rank("garden lake trip", limit=5)}
+        assert got <= {h.entry_id for h in plain.rank("garden lake trip", limit=8)}
+
+
+def test_latency_against_no_reranker(tmp_path: Path) -> None:
+    from benchmarks.locomo import latency
+
+    out = latency.main([str(FIXTURE), "--conversation", "a1", "--entries", "300", "--repeats", "2",
+                        "--encoder", "hashing", "--baseline", "rerank"])
+    for name in ("defaults", "without the reranker"):
+        assert 0.0 < out[name]["p50_ms"] <= out[name]["p95_ms"]

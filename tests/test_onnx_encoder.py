@@ -608,3 +608,32 @@ def test_the_shipped_onnx_mean_is_the_fitted_one(which, request):
     fitted = fit_space_centerer(enc, enc.dim)
     # bit for bit on the CPU the file was made on; other CPUs' kernels (int8 ones above all) may differ a little
     np.testing.assert_allclose(shipped.mean_, fitted.mean_, atol=1e-6 if enc.quantize is None else 1e-3)
+
+
+@pytest.mark.model
+def test_the_default_encoder_reranks_with_its_shipped_model(int8_minilm):
+    from hopmem.agent.rerank import LinearReranker
+
+    turns = ["Melanie: I just signed up for a pottery class yesterday. It's like therapy for me!",
+             "Caroline: Cool! What did it look like?",
+             "Melanie: We went camping with the kids at the lake two weekends ago.",
+             "Caroline: Wow, that's awesome, Mel!",
+             "Melanie: I'm off to go swimming with the kids. Talk soon!",
+             "Caroline: I researched adoption agencies all week.",
+             "Melanie: Thanks, Caroline! Your kind words mean a lot.",
+             "Caroline: What activities do you like, Mel?"]
+    items = [{"text": t, "created_at": 1.7e9 + 86400.0 * n, "metadata": {"speaker": t.split(":")[0]}}
+             for n, t in enumerate(turns)]
+    q = "What activities does Melanie partake in?"
+    with AgentMemory.open(":memory:", encoder=int8_minilm, namespace="c") as mem, \
+            AgentMemory.open(":memory:", encoder=int8_minilm, namespace="c", reranker=False) as plain:
+        assert isinstance(mem._reranker, LinearReranker) and plain._reranker is None
+        for m in (mem, plain):
+            m.remember_many(items, progress=False)
+        got = [h.text for h in mem.rank(q, limit=8)]
+        fused = [h.text for h in plain.rank(q, limit=8)]
+        assert sorted(got) == sorted(fused)
+        assert fused[0] == turns[7]  # the fused order puts the other speaker's question first
+        # re-ranked, the three things Melanie does come before that question and the small talk
+        for activity in (turns[0], turns[2], turns[4]):
+            assert all(got.index(activity) < got.index(other) for other in (turns[1], turns[3], turns[7]))

@@ -176,12 +176,12 @@ def make_encoder(name: str) -> Any:
     raise SystemExit(f"--encoder: expected minilm, default or hashing, got {name!r}")
 
 
-def build_memory(path: str, encoder: Any, data: dict[str, Any], config: Any = None):
+def build_memory(path: str, encoder: Any, data: dict[str, Any], config: Any = None, reranker: Any = None):
     from hopmem.agent import AgentMemory
 
     clock = [0.0]
     mem = AgentMemory.open(path, encoder=encoder, namespace="eval-user", clock=lambda: clock[0], day_zero=0.0,
-                           config=config)
+                           config=config, reranker=reranker)
     entry_of: dict[int, str] = {}
     for session in data["sessions"]:
         for index, turn in enumerate(session["turns"]):

@@ -3,7 +3,7 @@
 Usage::
 
     python -m benchmarks.locomo.latency DATA_DIR [--conversation 43] [--entries 10000] [--repeats 4]
-        [--encoder minilm] [--cache DIR] [--json out.json] [--baseline steps|aggregation]
+        [--encoder onnx-int8] [--cache DIR] [--json out.json] [--baseline steps|aggregation|rerank]
 
 One agent memory holds the conversation's turns (as the benchmark stores
 them: metadata naming the turn and its speaker) plus synthetic filler turns up
@@ -15,8 +15,10 @@ them. Every answerable question of the conversation is asked
 same without the final order's subject and date steps (``subject_boost=0``,
 ``date_boost=0``), or with ``--baseline aggregation`` the same without the
 deeper reads of questions asking for several things
-(``aggregation_k=assoc_k``; those questions' own times are reported too).
-The two alternate question by question, so both see the same
+(``aggregation_k=assoc_k``; those questions' own times are reported too),
+or with ``--baseline rerank`` the same memory opened without its reranker
+(``reranker=False``). Each configuration has its own memory holding the same
+entries. The two alternate question by question, so both see the same
 machine load. Reported: each configuration's ``retrieve_ms`` (encoder
 excluded) median and p95, and the paired difference.
 """
@@ -36,7 +38,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from .cache import CachedEncoder, default_cache_dir, make_encoder  # noqa: E402
+from .cache import ENCODERS, CachedEncoder, default_cache_dir, make_encoder  # noqa: E402
 from .data import load_folder  # noqa: E402
 
 
@@ -63,10 +65,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument("--conversation", default=None, help="file stem (default: the folder's last conversation)")
     p.add_argument("--entries", type=int, default=10_000)
     p.add_argument("--repeats", type=int, default=4)
-    p.add_argument("--encoder", choices=("minilm", "hashing"), default="minilm")
+    p.add_argument("--encoder", choices=ENCODERS, default="onnx-int8")
     p.add_argument("--cache", default=None)
     p.add_argument("--json", default=None)
-    p.add_argument("--baseline", choices=("steps", "aggregation"), default="steps",
+    p.add_argument("--baseline", choices=("steps", "aggregation", "rerank"), default="steps",
                    help="the configuration the defaults are compared with (see the module docstring)")
     args = p.parse_args(argv)
     convs = load_folder(args.data, [args.conversation] if args.conversation else None)
@@ -82,33 +84,40 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     mix = rng.dirichlet(np.full(len(base), 0.05), size=n).astype(np.float32)
     vectors = mix @ base + 0.02 * rng.standard_normal((n, base.shape[1])).astype(np.float32)
     encoder = _WithFiller(inner, dict(zip(texts, vectors)))
+    configs: dict[str, dict[str, Any]] = {"defaults": {}}
     if args.baseline == "aggregation":
-        configs = {"defaults": RecallConfig(),
-                   "without deeper reads": RecallConfig(aggregation_k=RecallConfig().assoc_k)}
+        configs["without deeper reads"] = {"config": RecallConfig(aggregation_k=RecallConfig().assoc_k)}
+    elif args.baseline == "rerank":
+        configs["without the reranker"] = {"reranker": False}
     else:
-        configs = {"defaults": RecallConfig(),
-                   "without subject and date steps": RecallConfig(subject_boost=0.0, date_boost=0.0)}
+        configs["without subject and date steps"] = {"config": RecallConfig(subject_boost=0.0, date_boost=0.0)}
     samples: dict[str, list[float]] = {name: [] for name in configs}
     several: dict[str, list[float]] = {name: [] for name in configs}
     start = max(u.created_at for u in conv.units) + 86400.0
-    with AgentMemory.open(":memory:", encoder=encoder, namespace=f"latency-{conv.id}") as mem:
-        mem.remember_many([{"text": u.text, "created_at": u.created_at,
-                            "metadata": {"dia_id": u.dia_id, "speaker": u.speaker}} for u in conv.units]
-                          + [{"text": t, "created_at": start + 600.0 * i, "metadata": {"speaker": (a, b)[i % 2]}}
-                             for i, t in enumerate(texts)], progress=False)
-        questions = [q.text for q in conv.questions]
-        for q in questions[:10]:  # warm-up: builds the engine memory, fills caches
-            mem.recall(q, record=False)
+    items = ([{"text": u.text, "created_at": u.created_at, "metadata": {"dia_id": u.dia_id, "speaker": u.speaker}}
+              for u in conv.units]
+             + [{"text": t, "created_at": start + 600.0 * i, "metadata": {"speaker": (a, b)[i % 2]}}
+                for i, t in enumerate(texts)])
+    questions = [q.text for q in conv.questions]
+    mems = {}
+    try:
+        for name, kwargs in configs.items():
+            mems[name] = AgentMemory.open(":memory:", encoder=encoder, namespace=f"latency-{conv.id}", **kwargs)
+            mems[name].remember_many(items, progress=False)
+            for q in questions[:10]:  # warm-up: builds the engine memory, fills caches
+                mems[name].recall(q, record=False)
         names = list(configs)
         for rep in range(args.repeats):
             for q in questions:
                 for name in (names if rep % 2 == 0 else names[::-1]):
-                    mem.config = configs[name]
-                    ms = mem.recall(q, record=False).timings["retrieve_ms"]
+                    ms = mems[name].recall(q, record=False).timings["retrieve_ms"]
                     samples[name].append(ms)
                     if asks_for_several(q):
                         several[name].append(ms)
-        entries = len(mem)
+        entries = len(mems[names[0]])
+    finally:
+        for mem in mems.values():
+            mem.close()
     inner.save()
     diff = np.asarray(samples[names[0]]) - np.asarray(samples[names[1]])
     out: dict[str, Any] = {

@@ -19,7 +19,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -34,6 +34,7 @@ from .encoding import encode_batches, encoder_record, is_encoder, space_centerer
 from .events import EventBus, MemoryEvent
 from .index import Partition, Row, value_tokens
 from .labels import Labeler, LabelPolicy
+from .rerank import Reranker, shipped_reranker
 from .results import Entry
 from .retention import DEFAULT_KINDS, ForgettingPolicy, KindPolicy, retention, utility
 from .store import AgentStore, blob_vector
@@ -41,6 +42,12 @@ from .validation import identity, now_checked, seconds, timestamp
 from .verdict import MODE_FEATURES, VerdictModel
 
 __all__ = ["MemoryCore"]
+
+
+def _is_reranker(obj: object) -> bool:
+    depth = getattr(obj, "depth", None)
+    return (callable(getattr(obj, "order", None)) and isinstance(depth, int) and not isinstance(depth, bool)
+            and 1 <= depth <= 100)
 
 logger = logging.getLogger("hopmem.agent")
 
@@ -53,7 +60,7 @@ class MemoryCore:
               label_policy: LabelPolicy | None, labeler: Labeler | None, kinds: Mapping[str, KindPolicy] | None,
               capacity: int | None, session_ttl: float | datetime.timedelta | None, centerer: Centerer | None,
               config: RecallConfig | None, day_zero: float | None, receipt_ttl: float | datetime.timedelta,
-              max_receipts: int) -> None:
+              max_receipts: int, reranker: Reranker | Literal[False] | None = None) -> None:
         self.namespace = identity(namespace, "namespace", required=True)
         if not is_encoder(encoder):
             raise InvalidInput(f"encoder: expected an Encoder (with encode, name, dim, fingerprint), got {encoder!r}")
@@ -72,6 +79,10 @@ class MemoryCore:
             raise InvalidInput(f"label_policy: expected a LabelPolicy, got {type(label_policy).__name__}")
         if labeler is not None and not callable(labeler):
             raise InvalidInput("labeler: expected a callable text -> labels")
+        if reranker is not None and reranker is not False and not _is_reranker(reranker):
+            raise InvalidInput("reranker: expected a Reranker (an int depth in [1, 100] and order()), False or "
+                               f"None, got {reranker!r}")
+        self._reranker_choice = reranker
         self.encoder = encoder
         self.dim = encoder_dim(encoder)
         self.reinforcement = bool(reinforcement)
@@ -103,6 +114,7 @@ class MemoryCore:
         self._store = AgentStore(os.fspath(path), now=now)
         try:
             self._check_contract(centerer, now)
+            self._reranker = self._resolve_reranker()
             self._load()
         except BaseException:
             self._store.close()
@@ -110,6 +122,17 @@ class MemoryCore:
 
     def _now(self) -> float:
         return now_checked(self._clock)
+
+    def _resolve_reranker(self) -> Reranker | None:
+        """The reranker recall uses: the one given to :meth:`open`, none (``False``), or (``None``) the one
+        shipped for this file's encoder and centring mean (:func:`~hopmem.agent.rerank.shipped_reranker`)."""
+        choice = self._reranker_choice
+        if choice is False:
+            return None
+        if choice is not None:
+            return choice
+        centerer = self.centerer.fingerprint
+        return shipped_reranker(self.encoder_info["fingerprint"], self.dim, centerer) if centerer else None
 
     def _check_contract(self, centerer: Centerer | None, now: float) -> None:
         """Record or verify the encoder and the centring mean: never mix vector spaces."""

@@ -192,5 +192,6 @@ class MaintenanceMixin(MemoryCore):
             self.dim = dim
             self.centerer = centerer
             self.encoder_info = info
+            self._reranker = self._resolve_reranker()
             self._load()
         return len(rows)

@@ -58,7 +58,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from .._deprecation import module_aliases
 from ..centering import Centerer
@@ -70,6 +70,7 @@ from .events import EVENT_TYPES, MemoryEvent
 from .feedback import FeedbackMixin
 from .labels import Labeler, LabelPolicy
 from .maintenance import MaintenanceMixin
+from .rerank import Reranker
 from .results import Entry, Explanation, MemoryHit, Selection
 from .retention import ForgettingPolicy, KindPolicy
 from .validation import MissingIdentity
@@ -118,6 +119,7 @@ class AgentMemory(WritesMixin, CalibrationMixin, FeedbackMixin, MaintenanceMixin
         day_zero: float | None = None,
         receipt_ttl: float | _dt.timedelta = 3600.0,
         max_receipts: int = 1000,
+        reranker: Reranker | Literal[False] | None = None,
     ) -> AgentMemory:
         """Open (or create) the memory at ``path`` for ``namespace``.
 
@@ -156,12 +158,19 @@ class AgentMemory(WritesMixin, CalibrationMixin, FeedbackMixin, MaintenanceMixin
         receipt_ttl, max_receipts
             Selection receipts expire after ``receipt_ttl`` and at most
             ``max_receipts`` are kept per namespace.
+        reranker : Reranker, False or None
+            What re-orders a hybrid recall's first hits after the verdict
+            (:mod:`hopmem.agent.rerank`). None (the default): the model
+            shipped for the encoder, if there is one (the default encoder has
+            one); False: none, the fused order stands; or any object with an
+            int ``depth`` and ``order(question, qvec, hits, vectors)``.
         """
         self = cls.__new__(cls)
         self._init(path, encoder=encoder, namespace=namespace, reinforcement=reinforcement,
                    forgetting=forgetting, clock=clock, label_policy=label_policy, labeler=labeler,
                    kinds=kinds, capacity=capacity, session_ttl=session_ttl, centerer=centerer,
-                   config=config, day_zero=day_zero, receipt_ttl=receipt_ttl, max_receipts=max_receipts)
+                   config=config, day_zero=day_zero, receipt_ttl=receipt_ttl, max_receipts=max_receipts,
+                   reranker=reranker)
         return self
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -30,6 +30,7 @@ from .evidence import Evidence, content_words, lexical_scorer
 from .index import Row
 from .labels import labels_match
 from .parts import asks_for_several, split_parts
+from .rerank import rerank
 from .results import MemoryHit, Selection
 from .temporal import TimeHints, asks_for_date, parse_time_hints
 from .validation import identity, statement
@@ -251,7 +252,10 @@ class RecallMixin(MemoryCore):
             for n, ((_, pf), pe) in enumerate(zip(part_found, part_evidence), start=1):
                 lists.update({f"part {n}:{name}": ids for name, ids in ranking.ranked_lists(pf, pe, ()).items()})
             ranks, fused = ranking.fuse(lists, cand, cfg)
-        admitted = ranking.head(admitted, fused, ev, found.exact, limit)
+        # a reranker re-orders the fused order's first ``depth`` hits, of which the first ``limit`` are returned
+        reranker = self._reranker if mode == "hybrid" else None
+        depth = max(limit, reranker.depth) if reranker is not None else limit
+        admitted = ranking.head(admitted, fused, ev, found.exact, depth)
         order = hints.order or "recent"
         via = ranking.pull_versions(self._rows, admitted, order, visible, evidence, ranks, fused, verdict.floor)
         final, boosts = ranking.apply_boosts(
@@ -264,11 +268,14 @@ class RecallMixin(MemoryCore):
                                order, final, boosts)
         ordered_ids = sorted(admitted, key=lambda i: (-final[i], -ev[i], i))
         with_context = mode == "hybrid" and cfg.context_weight > 0 and (verdict.passes or admit_all)
-        ordered_ids = self._final_order(text, ordered_ids, limit, visible, evidence, admitted, ranks, fused, final,
+        ordered_ids = self._final_order(text, ordered_ids, depth, visible, evidence, admitted, ranks, fused, final,
                                         boosts, with_context=with_context)
         hits = ranking.build_hits(self._rows, ordered_ids, found=found, evidence=evidence, admitted=admitted,
                                   ranks=ranks, fused=fused, final=final, boosts=boosts, via=via, in_window=in_window,
                                   band_gate=band_gate, use_keywords=use_keywords)
+        if reranker is not None:
+            vectors = np.stack([self._rows[h.entry_id].vector for h in hits])
+            hits = rerank(reranker, text, qvec, hits, vectors, limit)
         reason = admission_reason(verdict, gate, hits[0].explanation.admitted_by)
         return selection(hits=tuple(hits), abstained=False, reason=reason + suffix, statistic=verdict.statistic,
                          evidence=verdict.best_evidence, features=verdict.features), expired_out
@@ -280,6 +287,7 @@ class RecallMixin(MemoryCore):
         """The first ``limit`` hits: ``ordered`` with the entries stored next to the first hits fused in
         (``with_context``, ``RecallConfig.context_weight``), then the turns of the question's subject moved
         up (``RecallConfig.subject_boost``). An entry that only the context brings is admitted as such.
+        (With a reranker, ``limit`` is its depth: it then re-orders these.)
 
         Scores follow the new order: a hit placed below one it outscored takes a score just below the hit
         before it (its ``context`` or ``subject`` boost says by how much).

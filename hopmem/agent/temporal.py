@@ -23,6 +23,7 @@ A stored statement's own relative phrases ("yesterday", "last Saturday",
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import re
 from dataclasses import dataclass
 
@@ -157,6 +158,7 @@ def _week(day: _dt.date) -> str:
     return f"{year:04d}-W{week:02d}"
 
 
+@functools.lru_cache(maxsize=8192)  # a hit's dates are asked for each time it is recalled; the result is immutable
 def resolve_dates(text: str, at: float) -> tuple[DateMention, ...]:
     """The dates a statement made at ``at`` (clock seconds, read as UTC) names by relative phrases.
 
