@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -221,15 +220,18 @@ def test_model_file_round_trip_and_what_is_refused(tmp_path):
         assert shipped_reranker(name, 384, "c0ffee", directory=tmp_path) is None
 
 
-def test_the_default_encoder_has_a_shipped_model():
-    path = next(Path(__file__).resolve().parents[1].glob("hopmem/data/rerank/*.json"))
-    data = json.loads(path.read_text())
-    m = LinearReranker.from_dict(data)
-    assert m.fingerprint == path.stem and m.dim == 384 and 5 <= m.depth <= 100
+def test_every_shipped_model_loads_for_its_encoder_and_centring_mean():
     from hopmem.agent.encoding import shipped_centerer
+    from hopmem.agent.rerank import RERANK_DIR
 
-    centerer = shipped_centerer(m.fingerprint, 384)
-    assert centerer is not None and shipped_reranker(m.fingerprint, 384, centerer.fingerprint) is not None
+    paths = sorted(RERANK_DIR.glob("*.json"))
+    assert len(paths) >= 3  # all-MiniLM-L6-v2 as the int8 graph (the default), the float32 graph and torch
+    for path in paths:
+        m = LinearReranker.from_dict(json.loads(path.read_text()))
+        assert m.fingerprint == path.stem and m.dim == 384 and 5 <= m.depth <= 100
+        centerer = shipped_centerer(m.fingerprint, 384)  # the mean a new file with that encoder is centred with
+        assert centerer is not None and m.centerer == centerer.fingerprint
+        assert shipped_reranker(m.fingerprint, 384, centerer.fingerprint) is not None
 
 
 # -- the logistic fit both models use ----------------------------------------------------------------------

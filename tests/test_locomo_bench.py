@@ -231,10 +231,11 @@ def test_fit_reranker_on_tiny_fixture(tmp_path: Path) -> None:
                              "--out", str(tmp_path), "--json", str(out_json)])
     saved = json.loads(out_json.read_text())
     table = saved["loco"]
-    assert set(table) == {"plain", *fit_reranker.VARIANTS}
+    assert set(table) == {"plain", "bound", *fit_reranker.VARIANTS}
+    assert all(table["bound"]["all"] >= table[name]["all"] - 1e-12 for name in fit_reranker.VARIANTS)
     for name, row in table.items():
         assert 0.0 <= row["all"] <= 1.0 and row["ci"][0] <= row["all"] + 1e-12 <= row["ci"][1] + 2e-12
-        if name != "plain":
+        if name not in ("plain", "bound"):
             assert row["gain"]["mean"] == pytest.approx(row["all"] - table["plain"]["all"])
     written = Path(out["written"])
     assert written.parent == tmp_path

@@ -31,6 +31,7 @@ from .memory import (
     RecallConfig,
     Selection,
 )
+from .rerank import LinearReranker, Reranker
 from .retention import DEFAULT_KINDS, KINDS, ForgettingPolicy, KindPolicy
 from .temporal import TimeHints, parse_time_hints
 from .tools import NOTHING_REMEMBERED, MemoryTool, MemoryToolkit, memory_tools
@@ -39,6 +40,7 @@ from .verdict import DEFAULT_MODELS, VerdictModel
 __all__ = [
     "AgentMemory", "AsyncAgentMemory", "Entry", "Explanation", "MemoryHit", "Selection", "RecallConfig",
     "MissingIdentity", "RECALL_MODES", "DEFAULT_GATES", "DEFAULT_BAND_GATES", "DEFAULT_MODELS", "VerdictModel",
+    "Reranker", "LinearReranker",
     "LabelPolicy", "ForgettingPolicy", "KindPolicy", "KINDS", "DEFAULT_KINDS",
     "EventBus", "MemoryEvent", "EVENT_TYPES",
     "memory_tools", "MemoryTool", "MemoryToolkit", "NOTHING_REMEMBERED",

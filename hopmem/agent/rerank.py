@@ -16,9 +16,10 @@ question" over:
 * the hit's place and the numbers behind it (:data:`FEATURES`: its position,
   semantic, associative and keyword evidence, fused score relative to the
   first hit's, matched terms, whether it is the question's subject's own
-  turn, whether it carries a date a "when" question asks for, whether only
-  the conversational context brought it, its length and punctuation), with a
-  few interactions with the question's form (:func:`~hopmem.agent.parts.asks_for_several`,
+  turn, whether its text names a date ("yesterday": it reports an event),
+  whether only the conversational context brought it, its length and
+  punctuation), with a few interactions with the question's form
+  (:func:`~hopmem.agent.parts.asks_for_several`,
   :func:`~hopmem.agent.temporal.asks_for_date`);
 * the entry's stored vector (what kind of statement carries information),
   the same times "the question asks for several things", and the vector's
@@ -134,7 +135,8 @@ def hit_features(question: str, hits: Sequence[MemoryHit]) -> np.ndarray:
         out[n] = (position, x.semantic, x.associative, x.keyword, x.evidence, x.fused / first,
                   len(x.matched_terms), own, dated, float(x.admitted_by.startswith("stored next to")),
                   math.log1p(len(text.split())), float(text.endswith("?")), float("?" in text), float("!" in text),
-                  len(x.matched_terms) / most_terms, x.semantic - best, several * position, several * own, several * x.semantic, when * dated)
+                  len(x.matched_terms) / most_terms, x.semantic - best,
+                  several * position, several * own, several * x.semantic, when * dated)
     return out
 
 
