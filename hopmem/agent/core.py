@@ -43,13 +43,13 @@ from .verdict import MODE_FEATURES, VerdictModel
 
 __all__ = ["MemoryCore"]
 
+logger = logging.getLogger("hopmem.agent")
+
 
 def _is_reranker(obj: object) -> bool:
     depth = getattr(obj, "depth", None)
     return (callable(getattr(obj, "order", None)) and isinstance(depth, int) and not isinstance(depth, bool)
             and 1 <= depth <= 100)
-
-logger = logging.getLogger("hopmem.agent")
 
 
 class MemoryCore:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import bisect
 import functools
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 from ..gates import Gate
 from . import keyword as kw
@@ -30,7 +30,8 @@ from .results import Explanation, MemoryHit
 from .temporal import resolve_dates
 
 __all__ = ["ranked_lists", "fuse", "head", "pull_versions", "apply_boosts", "order_versions", "build_hits",
-           "chain_end", "version_groups", "named_source", "prefer_subject", "context_neighbours",
+           "chain_end", "version_groups", "named_source", "named_among", "source_key", "prefer_subject",
+           "context_neighbours",
            "fuse_context", "CONTEXT_GAP", "CONTEXT_SEEDS",
            "CONTEXT_PER_SIDE", "CONTEXT_KEEP"]
 
@@ -169,18 +170,23 @@ def _source_words(source: str) -> str | None:
     return " ".join(kw.words(source)) or None
 
 
-def _source_key(metadata: object) -> str | None:
+def source_key(metadata: object) -> str | None:
     """A statement's source (:func:`~hopmem.agent.index.source_of`) as the words that name it, joined."""
     source = source_of(metadata)
     return _source_words(source) if isinstance(source, str) else None
 
 
 def named_source(query: str, rows: Mapping[int, Row], ids: Collection[int]) -> str | None:
-    """The one source of the statements ``ids`` that ``query`` names, or None.
+    """The one source of the statements ``ids`` that ``query`` names, or None (:func:`named_among`)."""
+    return named_among(query, (rows[i].metadata for i in ids))
+
+
+def named_among(query: str, metadatas: Iterable[object]) -> str | None:
+    """The one source among the statements whose metadata are ``metadatas`` that ``query`` names, or None.
 
     A conversation turn's metadata names its source (its ``speaker`` or
     ``source``, :func:`~hopmem.agent.index.source_of`). When the question names
-    exactly one of the sources among ``ids`` by its words ("What has *Melanie*
+    exactly one of the sources by its words ("What has *Melanie*
     painted?"), that person is its subject, and what they did is told in their
     own turns rather than in the turns that ask them about it. A question that
     names two sources, or none, has no subject here. Returned as the source's
@@ -188,8 +194,8 @@ def named_source(query: str, rows: Mapping[int, Row], ids: Collection[int]) -> s
     """
     padded = " " + " ".join(kw.words(query)) + " "
     named = set()
-    for i in ids:
-        key = _source_key(rows[i].metadata)
+    for metadata in metadatas:
+        key = source_key(metadata)
         if key is not None and key not in named and f" {key} " in padded:
             named.add(key)
             if len(named) > 1:
@@ -354,7 +360,7 @@ def prefer_subject(order: Sequence[int], rows: Mapping[int, Row], subject: str, 
     """
     head = list(order[:keep])
     rest = [i for i in order if i not in head]
-    score = {i: (1.0 + boost if _source_key(rows[i].metadata) == subject else 1.0) / (rrf_k + n)
+    score = {i: (1.0 + boost if source_key(rows[i].metadata) == subject else 1.0) / (rrf_k + n)
              for n, i in enumerate(rest, len(head) + 1)}
     position = {i: n for n, i in enumerate(rest)}
     return head + sorted(rest, key=lambda i: (-score[i], position[i]))

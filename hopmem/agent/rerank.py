@@ -47,9 +47,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ..errors import InvalidInput
-from . import keyword as kw
-from .index import source_of
 from .parts import asks_for_several
+from .ranking import named_among, source_key
 from .results import MemoryHit
 from .temporal import asks_for_date
 
@@ -104,31 +103,17 @@ class Reranker(Protocol):
         ...
 
 
-def _subject(question: str, hits: Sequence[MemoryHit]) -> str | None:
-    """The one source among the hits that the question names by its words (as :func:`~hopmem.agent.ranking.
-    named_source`), or None."""
-    padded = " " + " ".join(kw.words(question)) + " "
-    named = set()
-    for h in hits:
-        source = source_of(h.metadata)
-        key = " ".join(kw.words(source)) if isinstance(source, str) else ""
-        if key and f" {key} " in padded:
-            named.add(key)
-    return next(iter(named)) if len(named) == 1 else None
-
-
 def hit_features(question: str, hits: Sequence[MemoryHit]) -> np.ndarray:
     """The :data:`FEATURES` of each hit, ``(len(hits), len(FEATURES))`` float64, from what the hits show."""
     several, when = asks_for_several(question), asks_for_date(question)
-    subject = _subject(question, hits)
+    subject = named_among(question, (h.metadata for h in hits))
     first = hits[0].explanation.fused if hits and hits[0].explanation.fused > 0 else 1.0
     most_terms = max((len(h.explanation.matched_terms) for h in hits), default=0) or 1
     best = max((h.explanation.semantic for h in hits), default=0.0)
     out = np.zeros((len(hits), len(FEATURES)))
     for n, h in enumerate(hits):
         x = h.explanation
-        source = source_of(h.metadata)
-        own = float(subject is not None and isinstance(source, str) and " ".join(kw.words(source)) == subject)
+        own = float(subject is not None and source_key(h.metadata) == subject)
         dated = float(bool(h.dates))
         position = -math.log1p(n)
         text = h.text.rstrip()
