@@ -18,7 +18,7 @@ the question's subject's turns (the speaker the question names, the rule of
 2. **effect**: the list fused into the defaults' final order (reciprocal rank
    fusion, ``1 / (20 + rank)``, the first two hits kept) for the questions
    whose English form marks an aggregation
-   (:func:`benchmarks.locomo.study_diversity.aggregation`), end-to-end R@5 by
+   (:func:`hopmem.agent.parts.asks_for_several`), end-to-end R@5 by
    category with paired 95% intervals over questions, and the weight chosen
    leave one conversation out.
 
@@ -81,10 +81,12 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
+from hopmem.agent.parts import asks_for_several  # noqa: E402
+
 from .cache import CachedEncoder, default_cache_dir, make_encoder  # noqa: E402
 from .data import CATEGORIES, Conversation, load_folder  # noqa: E402
 from .metrics import evidence_recall, summary  # noqa: E402
-from .study_diversity import Units, aggregation, line, top  # noqa: E402
+from .study_diversity import Units, line, top  # noqa: E402
 
 K = 5
 DEPTH = 40
@@ -449,7 +451,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         print(f"| {f['variant']} | " + " | ".join(f"{f[c]:.3f}" for c in cols) + " |")
 
     # 2. effect: fused into the final order for aggregation questions
-    def scores(name: str | None, w: float, gate: Callable[[str], bool] = aggregation) -> list[float]:
+    def scores(name: str | None, w: float, gate: Callable[[str], bool] = asks_for_several) -> list[float]:
         out = []
         for r, ls in zip(rows, lists):
             if r["abstained"]:

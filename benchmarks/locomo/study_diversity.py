@@ -56,6 +56,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
+from hopmem.agent.parts import asks_for_several  # noqa: E402
+
 from .cache import CachedEncoder, default_cache_dir, make_encoder  # noqa: E402
 from .data import CATEGORIES, Conversation, load_folder  # noqa: E402
 from .metrics import evidence_recall, summary  # noqa: E402
@@ -65,13 +67,6 @@ K = 5
 DEPTH = 40
 SUBJECT_GRID = (0.0, 0.1, 0.25, 0.5, 1.0)
 DATE_GRID = (0.0, 0.25, 0.5, 1.0)
-
-
-def aggregation(question: str) -> bool:
-    """Whether the question's English form asks for several things: the library's own rule."""
-    from hopmem.agent.parts import asks_for_several
-
-    return asks_for_several(question)
 
 
 def _open(conv: Conversation, encoder: CachedEncoder, **config: Any) -> Any:
@@ -285,12 +280,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     table2 = [line("the defaults (subject 0.25, date 0.5)", rows, base, base)]
     for name, fn in variants.items():
         table2.append(line(name + ", every question", rows, score(rows, fn), base))
-        table2.append(line(name + ", aggregation questions only", rows, score(rows, fn, aggregation), base))
+        table2.append(line(name + ", aggregation questions only", rows, score(rows, fn, asks_for_several), base))
     nc = score(no_context)
     table2.append(line("no conversational context, every question", rows, nc, base))
     table2.append(line("no conversational context, aggregation questions only", rows,
-                       [n if aggregation(r["question"]) else b for r, n, b in zip(rows, nc, base)], base))
-    counts = {label: [sum(aggregation(r["question"]) for r in rows if r["category"] == c),
+                       [n if asks_for_several(r["question"]) else b for r, n, b in zip(rows, nc, base)], base))
+    counts = {label: [sum(asks_for_several(r["question"]) for r in rows if r["category"] == c),
                       sum(1 for r in rows if r["category"] == c)] for c, label in CATEGORIES.items()}
     result["reorderings"] = {"table": table2, "aggregation_questions_by_category": counts}
 
