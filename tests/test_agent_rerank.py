@@ -128,6 +128,18 @@ def test_recall_returns_the_reranked_head_and_leaves_the_verdict_alone(tmp_path)
             assert all(0 < h.explanation.boosts["rerank"] < 1 for h in lowered)
 
 
+def test_a_limit_beyond_the_depth_keeps_the_fused_order_after_it(tmp_path):
+    reverse = Reverse(depth=3)
+    with chat(tmp_path / "a.db", reranker=False) as plain, chat(tmp_path / "b.db", reranker=reverse) as rev:
+        q = "Melanie pottery camping swimming"
+        head = [h.entry_id for h in plain.rank(q, limit=7)]
+        got = rev.rank(q, limit=7)
+        assert len(head) == 7 and [h.entry_id for h in got] == head[:3][::-1] + head[3:]
+        assert len(reverse.seen[-1][2]) == 3 and reverse.seen[-1][3].shape == (3, 384)  # only its depth
+        scores = [h.score for h in got]
+        assert scores == sorted(scores, reverse=True)
+
+
 def test_only_returned_hits_get_receipts_and_exposures(tmp_path):
     with chat(tmp_path / "m.db", reranker=Reverse(8)) as mem:
         sel = mem.recall("What does Melanie do with the kids?", limit=2)

@@ -274,7 +274,7 @@ class RecallMixin(MemoryCore):
                                   ranks=ranks, fused=fused, final=final, boosts=boosts, via=via, in_window=in_window,
                                   band_gate=band_gate, use_keywords=use_keywords)
         if reranker is not None:
-            vectors = np.stack([self._rows[h.entry_id].vector for h in hits])
+            vectors = np.stack([self._rows[h.entry_id].vector for h in hits[:reranker.depth]])
             hits = rerank(reranker, text, qvec, hits, vectors, limit)
         reason = admission_reason(verdict, gate, hits[0].explanation.admitted_by)
         return selection(hits=tuple(hits), abstained=False, reason=reason + suffix, statistic=verdict.statistic,

@@ -221,18 +221,21 @@ def shipped_reranker(fingerprint: str, dim: int, centerer: str, directory: Path 
 
 def rerank(reranker: Reranker, question: str, qvec: np.ndarray, hits: Sequence[MemoryHit], vectors: np.ndarray,
            limit: int) -> list[MemoryHit]:
-    """The first ``limit`` of ``hits`` in ``reranker``'s order. Scores follow the new order: a hit placed
-    above one that outscored it keeps its score, and the other takes one just below the hit before it
-    (its explanation's ``boosts["rerank"]`` says by how much), as the fused order's own steps do."""
-    if len(hits) < 2:
+    """The first ``limit`` of ``hits`` with their first ``reranker.depth`` in ``reranker``'s order (the rest
+    follow in the fused order); ``vectors`` are those first hits' stored vectors. Scores follow the new
+    order: a hit placed above one that outscored it keeps its score, and the other takes one just below
+    the hit before it (its explanation's ``boosts["rerank"]`` says by how much), as the fused order's own
+    steps do."""
+    head = hits[:reranker.depth]
+    if len(head) < 2:
         return list(hits[:limit])
-    order = reranker.order(question, qvec, hits, vectors)
-    if sorted(order) != list(range(len(hits))):
-        raise InvalidInput(f"reranker: order must be a permutation of the {len(hits)} hits' indices")
+    order = reranker.order(question, qvec, head, vectors[:len(head)])
+    if sorted(order) != list(range(len(head))):
+        raise InvalidInput(f"reranker: order must be a permutation of the {len(head)} hits' indices")
+    ordered = [head[i] for i in order] + list(hits[len(head):])
     out: list[MemoryHit] = []
     previous = math.inf
-    for i in order[:limit]:
-        h = hits[i]
+    for h in ordered[:limit]:
         if h.score >= previous:
             lowered = previous * (1.0 - 1e-3)
             boosts = dict(h.explanation.boosts)
