@@ -18,7 +18,7 @@ export OMP_NUM_THREADS ?= 1
 TORCH_VERSION ?= 2.13.0
 TORCH_INDEX   ?= https://download.pytorch.org/whl/cpu
 # The extras `make install` installs (all of them: the tests exercise every layer).
-EXTRAS ?= test,lint,docs,text,torch,server,mcp,bench,notebooks,cluster
+EXTRAS ?= test,lint,docs,text,torch,server,mcp,bench,notebooks,cluster,langgraph
 
 # The kernel's build flavour, read by setup.py: release (default), debug, asan, tsan.
 export HOPMEM_BUILD ?= release
