@@ -1,0 +1,154 @@
+"""``hopmem mcp --http --token-file``: a real server process on 127.0.0.1, driven by the MCP SDK's HTTP client.
+
+No token and a wrong token are answered 401 (the SDK's client fails to initialise; a plain request sees the
+status); the right token works, tools and all; a token added to the file works without a restart; the
+DNS-rebinding protection still refuses a foreign Host header even with a valid token; and binding 0.0.0.0
+without tokens is refused with a message that says what to do.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mcp")
+
+import anyio  # noqa: E402
+import httpx  # noqa: E402
+import httpx2  # noqa: E402
+from mcp.client.session import ClientSession  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+
+pytestmark = pytest.mark.subprocess
+
+TOKEN = "tok-3f9a1c2e7d"
+INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "t", "version": "0"}}}
+MCP_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _mcp(tmp_path: Path, *extra: str, env: dict[str, str] | None = None) -> list[str]:
+    return [sys.executable, "-m", "hopmem.cli", "mcp", "--http", "--path", str(tmp_path / "m.db"),
+            "--namespace", "n", "--encoder", "hashing", *extra]
+
+
+@pytest.fixture
+def server(tmp_path):
+    """A server with a token file holding a comment, a blank line and TOKEN; yields (url, token file)."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text("# the agents' tokens\n\n" + TOKEN + "\n", encoding="utf-8")
+    port = _free_port()
+    proc = subprocess.Popen(_mcp(tmp_path, "--port", str(port), "--token-file", str(tokens)),
+                            env={**os.environ, "OPENBLAS_NUM_THREADS": "1"}, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                assert proc.poll() is None, proc.stderr.read()
+                assert time.monotonic() < deadline, "server did not start"
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}/mcp", tokens
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+
+
+async def _session(url: str, token: str | None) -> list[str]:
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    async with httpx2.AsyncClient(headers=headers, timeout=30) as client:
+        async with streamable_http_client(url, http_client=client) as streams:
+            async with ClientSession(*streams) as session:
+                await session.initialize()
+                stored = await session.call_tool("remember", {"text": "Dana rotates the API keys every March."})
+                assert not stored.is_error
+                found = await session.call_tool("recall", {"query": "When does Dana rotate the API keys?"})
+                assert found.structured_content["found"] is True
+                return [t.name for t in (await session.list_tools()).tools]
+
+
+def _fails(url: str, token: str | None) -> BaseException:
+    async def attempt() -> None:
+        with anyio.fail_after(30):
+            await _session(url, token)
+
+    with pytest.raises(BaseException) as info:  # the SDK raises its transport's error (in a group)
+        anyio.run(attempt)
+    assert not isinstance(info.value, (AssertionError, TimeoutError)), info.value
+    return info.value
+
+
+def test_no_token_and_a_wrong_token_are_401_and_the_right_one_works(server):
+    url, tokens = server
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Bearer {TOKEN}x"},
+                    {"Authorization": f"Basic {TOKEN}"}, {"X-API-Key": "wrong"}):
+        r = httpx.post(url, json=INIT, headers={**MCP_HEADERS, **headers})
+        assert r.status_code == 401, (headers, r.status_code)
+        assert r.headers["www-authenticate"].startswith("Bearer")
+        assert r.json()["error"] == "unauthorized"
+    _fails(url, None)  # the SDK's client gets no session either way
+    _fails(url, "wrong")
+    assert "recall" in anyio.run(_session, url, TOKEN)
+    r = httpx.post(url, json=INIT, headers={**MCP_HEADERS, "Authorization": f"Bearer {TOKEN}"})
+    assert r.status_code == 200
+
+
+def test_tokens_are_reread_when_the_file_changes(server):
+    url, tokens = server
+    _fails(url, "second-token")
+    tokens.write_text(TOKEN + "\nsecond-token\n", encoding="utf-8")
+    assert "remember" in anyio.run(_session, url, "second-token")
+    tokens.write_text("second-token\n", encoding="utf-8")  # TOKEN revoked
+    r = httpx.post(url, json=INIT, headers={**MCP_HEADERS, "Authorization": f"Bearer {TOKEN}"})
+    assert r.status_code == 401
+
+
+def test_dns_rebinding_protection_stays_on_with_tokens(server):
+    url, _ = server
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    r = httpx.post(url, json=INIT, headers={**MCP_HEADERS, **auth, "host": "evil.example:80"})
+    assert r.status_code in (400, 403, 421), r.status_code
+    r = httpx.post(url, json=INIT, headers={**MCP_HEADERS, **auth, "origin": "http://evil.example"})
+    assert r.status_code in (400, 403), r.status_code
+
+
+def test_a_public_bind_without_tokens_is_refused(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "HOPMEM_MCP_TOKEN_FILE"}
+    out = subprocess.run(_mcp(tmp_path, "--host", "0.0.0.0", "--port", str(_free_port())), env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert "refusing to serve HTTP on 0.0.0.0 without tokens" in out.stderr
+    assert "--token-file" in out.stderr
+    assert not (tmp_path / "m.db").exists()  # refused before anything was opened
+
+
+def test_the_environment_names_the_token_file_and_an_empty_one_is_refused(tmp_path):
+    empty = tmp_path / "empty"
+    empty.write_text("# nothing yet\n\n", encoding="utf-8")
+    out = subprocess.run(_mcp(tmp_path, "--host", "0.0.0.0", "--port", str(_free_port())),
+                         env={**os.environ, "HOPMEM_MCP_TOKEN_FILE": str(empty)},
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "holds no token" in out.stderr
+    out = subprocess.run([sys.executable, "-m", "hopmem.cli", "mcp", "--path", str(tmp_path / "m.db"),
+                          "--namespace", "n", "--token-file", str(empty)], capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "--http only" in out.stderr
