@@ -67,7 +67,7 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
 
 from ..agent import AgentMemory, RecallConfig
 from ..agent.store import AgentStore, recorded_encoder
-from ..encoders import Encoder, builtin_encoder, default_encoder
+from ..encoders import Encoder, builtin_encoder, default_encoder, encoder_dim
 from .items import ItemRow, ItemTable, matches, ns_text, ns_tuple
 
 __all__ = ["HopmemStore", "RECALL_DEPTH", "agent_namespace"]
@@ -166,10 +166,9 @@ class HopmemStore(BaseStore):
                 encoder = builtin_encoder(recorded["name"]) if recorded is not None else default_encoder()
             self._encoder = encoder
             dims = self._index.get("dims")
-            if dims is not None and int(dims) != int(getattr(encoder, "dimension", getattr(encoder, "dim", dims))):
+            if dims is not None and int(dims) != encoder_dim(encoder):
                 raise InvalidInput(f"index['dims']: the encoder {encoder.name!r} gives vectors of "
-                                   f"{getattr(encoder, 'dimension', getattr(encoder, 'dim', '?'))} dimensions, "
-                                   f"got dims={dims}")
+                                   f"{encoder_dim(encoder)} dimensions, got dims={dims}")
         # the file is an agent memory first (a foreign SQLite file is refused), then holds the items' tables
         self._file = AgentStore(self._path, now=self._clock())
         try:
