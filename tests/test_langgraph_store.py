@@ -269,3 +269,34 @@ def test_query_search_on_the_evaluation_data(tmp_path, which):
                 abstained += not items
         assert found / answered >= 0.8, (found, answered)
         assert abstained >= 0.75 * unanswerable > 0, (abstained, unanswerable)
+
+
+def test_two_stores_on_one_file_see_each_others_writes(tmp_path):
+    """As two processes would: each operation reads the file's current state, the index included."""
+    with _open(tmp_path / "s.db") as a, _open(tmp_path / "s.db") as b:
+        a.put(("shared",), "k", {"text": "The spare key is under the blue flowerpot."})
+        assert b.get(("shared",), "k").value["text"].startswith("The spare key")
+        assert [h.key for h in b.search(("shared",), query="Where is the spare key?")] == ["k"]
+        b.put(("shared",), "k", {"text": "The spare key is with the neighbour at number 12."})
+        assert a.search(("shared",), query="blue flowerpot") == []
+        assert [h.key for h in a.search(("shared",), query="spare key neighbour")] == ["k"]
+        b.delete(("shared",), "k")
+        assert a.get(("shared",), "k") is None and a.list_namespaces() == []
+
+
+@pytest.mark.model
+def test_the_guide_quick_start_runs(tmp_path, monkeypatch, capsys):
+    import re
+
+    if not encoder_available():
+        pytest.skip("the default encoder (hopmem[text]) is not installed")
+    guide = Path(__file__).resolve().parents[1] / "docs" / "langgraph.md"
+    block = re.findall(r"```python\n(.*?)```", guide.read_text(encoding="utf-8"), flags=re.S)[0]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block, str(guide), "exec"), {"__name__": "__doc_example__"})  # noqa: S102 - our own docs
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "{'content': 'Alice is allergic to peanuts.', 'kind': 'health'}"
+    assert out[1].startswith("m1 ") and "Fontainebleau" in out[1]
+    assert out[2] == "[]"  # abstention
+    assert "key='m2'" in out[3] and "m1" not in out[3]
+    assert out[4] == "[('memories', 'alice')]"

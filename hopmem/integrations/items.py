@@ -85,10 +85,10 @@ def _row(r: tuple[Any, ...]) -> ItemRow:
     return ItemRow(r[0], r[1], r[2], r[3], r[4], r[5], r[6], json.loads(r[7]), r[8])
 
 
-def _prefix_clause(prefix: str) -> tuple[str, list[Any]]:
+def _prefix_clause(prefix: str, table: str = "i") -> tuple[str, list[Any]]:
     if not prefix:
         return "1", []
-    return "(i.ns = ? OR substr(i.ns, 1, ?) = ?)", [prefix, len(prefix) + 1, prefix + "."]
+    return f"({table}.ns = ? OR substr({table}.ns, 1, ?) = ?)", [prefix, len(prefix) + 1, prefix + "."]
 
 
 class ItemTable:
@@ -140,12 +140,12 @@ class ItemTable:
             f"SELECT {cols} FROM lg_items i JOIN lg_namespaces n ON n.ns = i.ns WHERE {clause} AND "
             "(i.expires_at IS NULL OR i.expires_at > ?) ORDER BY n.seq, i.seq", [*params, now])]
 
-    def indexed_namespaces(self, prefix: str, now: int) -> list[str]:
-        """The namespaces under ``prefix`` with at least one live item indexed in the agent memory."""
-        clause, params = _prefix_clause(prefix)
+    def indexed_namespaces(self, prefix: str) -> list[str]:
+        """The namespaces under ``prefix`` with at least one item indexed in the agent memory."""
+        clause, params = _prefix_clause(prefix, "n")
         return [ns for (ns,) in self.conn.execute(
-            f"SELECT DISTINCT i.ns FROM lg_items i JOIN lg_namespaces n ON n.ns = i.ns WHERE {clause} AND "
-            "i.entries != '[]' AND (i.expires_at IS NULL OR i.expires_at > ?) ORDER BY n.seq", [*params, now])]
+            f"SELECT n.ns FROM lg_namespaces n WHERE {clause} AND EXISTS "
+            "(SELECT 1 FROM lg_items i WHERE i.ns = n.ns AND i.entries != '[]') ORDER BY n.seq", params)]
 
     def namespaces(self) -> list[str]:
         return [ns for (ns,) in self.conn.execute("SELECT ns FROM lg_namespaces ORDER BY seq")]
@@ -194,7 +194,7 @@ class ItemTable:
     def refresh(self, rows: Iterable[ItemRow], now: int) -> None:
         """Restart the TTL of ``rows`` that have one (a read that refreshes)."""
         updates = [(now + int(round(r.ttl * 60e6)), r.ns, r.key) for r in rows if r.ttl is not None]
-        if updates:
+        if updates:  # (inside a transaction the caller opens only when some row has a TTL)
             self.conn.executemany("UPDATE lg_items SET expires_at = ? WHERE ns = ? AND key = ?", updates)
 
 

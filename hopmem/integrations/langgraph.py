@@ -252,13 +252,13 @@ class HopmemStore(BaseStore):
             for op in ops:
                 if isinstance(op, GetOp):
                     row = self._items.get(ns_text(op.namespace), str(op.key), now)
-                    if row is not None and op.refresh_ttl:
+                    if row is not None and op.refresh_ttl and row.ttl is not None:
                         refreshed.append(row)
                     results.append(None if row is None else _item(row))
                 elif isinstance(op, SearchOp):
                     found = self._search(op, now)
                     if op.refresh_ttl:
-                        refreshed.extend(row for row, _ in found)
+                        refreshed.extend(row for row, _ in found if row.ttl is not None)
                     results.append([_search_item(row, score) for row, score in found])
                 elif isinstance(op, ListNamespacesOp):
                     results.append(self._list_namespaces(op))
@@ -305,7 +305,7 @@ class HopmemStore(BaseStore):
             return []
         depth = RECALL_DEPTH if op.filter else min(RECALL_DEPTH, wanted)
         scored: list[tuple[float, str, str, int]] = []  # score, namespace, key, entry
-        for ns in self._items.indexed_namespaces(prefix, now):
+        for ns in self._items.indexed_namespaces(prefix):
             selection = self.memory(ns_tuple(ns)).recall(op.query, limit=depth, record=False)
             for hit in selection.hits:
                 source = hit.metadata.get("source") if isinstance(hit.metadata, dict) else None
