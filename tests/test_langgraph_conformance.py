@@ -1,8 +1,9 @@
 """HopmemStore against LangGraph's own InMemoryStore: the same random operation sequences, the same results.
 
-Hypothesis draws 540 sequences (three tests) of puts (new keys and overwrites), deletes, gets, namespace listings (prefix,
-suffix with ``*`` wildcards, max_depth, limit, offset) and searches without a query (filters with every
-comparison operator, nested and list values, limit, offset), single or grouped in ``batch`` / ``abatch``,
+Hypothesis draws 540 sequences (three tests) of puts (new keys and overwrites), deletes, gets, namespace
+listings (prefix, suffix with ``*`` wildcards, max_depth, limit, offset) and searches without a query
+(filters with every comparison operator, nested and list values, limit, offset), single or grouped in
+``batch`` / ``abatch``,
 and runs each on a fresh InMemoryStore and a fresh HopmemStore file. Every result must be equal: the items'
 namespaces, keys, values (exact JSON) and scores, in the same order.
 

@@ -38,7 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from ..errors import InvalidInput
@@ -90,7 +90,7 @@ def agent_namespace(namespace: tuple[str, ...]) -> str:
 
 
 def _micros(dt_us: int) -> datetime:
-    return datetime.fromtimestamp(dt_us // 1_000_000, tz=timezone.utc).replace(microsecond=dt_us % 1_000_000)
+    return datetime.fromtimestamp(dt_us // 1_000_000, tz=UTC).replace(microsecond=dt_us % 1_000_000)
 
 
 def _fields(index: Any) -> list[tuple[str, Any]]:
@@ -142,6 +142,11 @@ class HopmemStore(BaseStore):
             The time source (timestamps, TTLs); by default ``time.time``.
         """
         self = cls.__new__(cls)
+        self._init(path, index, encoder=encoder, ttl=ttl, config=config, clock=clock)
+        return self
+
+    def _init(self, path: str | os.PathLike[str], index: IndexConfig | None, *, encoder: Encoder | None,
+              ttl: TTLConfig | None, config: RecallConfig | None, clock: Callable[[], float] | None) -> None:
         self._clock = clock or time.time
         self._path = os.fspath(path)
         self._lock = threading.RLock()
@@ -176,7 +181,6 @@ class HopmemStore(BaseStore):
         except BaseException:
             self._file.close()
             raise
-        return self
 
     # -- lifecycle -----------------------------------------------------------------------------------------------
 
