@@ -9,10 +9,7 @@ without tokens is refused with a message that says what to do.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +22,8 @@ import httpx2  # noqa: E402
 from mcp.client.session import ClientSession  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
+from mcp_support import free_port, mcp_command, serving_http  # noqa: E402
+
 pytestmark = pytest.mark.subprocess
 
 TOKEN = "tok-3f9a1c2e7d"
@@ -34,15 +33,8 @@ INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
 MCP_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _mcp(tmp_path: Path, *extra: str, env: dict[str, str] | None = None) -> list[str]:
-    return [sys.executable, "-m", "hopmem.cli", "mcp", "--http", "--path", str(tmp_path / "m.db"),
-            "--namespace", "n", "--encoder", "hashing", *extra]
+def _args(tmp_path: Path, *extra: str) -> tuple[str, ...]:
+    return ("--path", str(tmp_path / "m.db"), "--namespace", "n", "--encoder", "hashing", *extra)
 
 
 @pytest.fixture
@@ -50,28 +42,8 @@ def server(tmp_path):
     """A server with a token file holding a comment, a blank line and TOKEN; yields (url, token file)."""
     tokens = tmp_path / "tokens"
     tokens.write_text("# the agents' tokens\n\n" + TOKEN + "\n", encoding="utf-8")
-    port = _free_port()
-    proc = subprocess.Popen(_mcp(tmp_path, "--port", str(port), "--token-file", str(tokens)),
-                            env={**os.environ, "OPENBLAS_NUM_THREADS": "1"}, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert proc.poll() is None, proc.stderr.read()
-                assert time.monotonic() < deadline, "server did not start"
-                time.sleep(0.1)
+    with serving_http(*_args(tmp_path, "--token-file", str(tokens))) as port:
         yield f"http://127.0.0.1:{port}/mcp", tokens
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # pragma: no cover
-            proc.kill()
-            proc.wait()
-        proc.stderr.close()
 
 
 async def _session(url: str, token: str | None) -> list[str]:
@@ -134,7 +106,8 @@ def test_dns_rebinding_protection_stays_on_with_tokens(server):
 
 def test_a_public_bind_without_tokens_is_refused(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "HOPMEM_MCP_TOKEN_FILE"}
-    out = subprocess.run(_mcp(tmp_path, "--host", "0.0.0.0", "--port", str(_free_port())), env=env,
+    out = subprocess.run(mcp_command("--http", "--host", "0.0.0.0", "--port", str(free_port()), *_args(tmp_path)),
+                         env=env,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode != 0
     assert "refusing to serve HTTP on 0.0.0.0 without tokens" in out.stderr
@@ -145,10 +118,10 @@ def test_a_public_bind_without_tokens_is_refused(tmp_path):
 def test_the_environment_names_the_token_file_and_an_empty_one_is_refused(tmp_path):
     empty = tmp_path / "empty"
     empty.write_text("# nothing yet\n\n", encoding="utf-8")
-    out = subprocess.run(_mcp(tmp_path, "--host", "0.0.0.0", "--port", str(_free_port())),
+    out = subprocess.run(mcp_command("--http", "--host", "0.0.0.0", "--port", str(free_port()), *_args(tmp_path)),
                          env={**os.environ, "HOPMEM_MCP_TOKEN_FILE": str(empty)},
                          capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and "holds no token" in out.stderr
-    out = subprocess.run([sys.executable, "-m", "hopmem.cli", "mcp", "--path", str(tmp_path / "m.db"),
-                          "--namespace", "n", "--token-file", str(empty)], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(mcp_command(*_args(tmp_path, "--token-file", str(empty))), capture_output=True, text=True,
+                         timeout=60)
     assert out.returncode != 0 and "--http only" in out.stderr
