@@ -62,6 +62,11 @@ def test_a_value_that_is_not_json_is_refused_and_nothing_is_written(tmp_path):
         assert store.get(("a",), "k") is None and store.list_namespaces() == []
 
 
+def test_a_memory_database_is_refused():
+    with pytest.raises(InvalidInput, match="needs a file"):
+        HopmemStore.open(":memory:")
+
+
 def test_a_foreign_sqlite_file_is_refused(tmp_path):
     import sqlite3
 

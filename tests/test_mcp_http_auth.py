@@ -81,8 +81,9 @@ def test_no_token_and_a_wrong_token_are_401_and_the_right_one_works(server):
     _fails(url, None)  # the SDK's client gets no session either way
     _fails(url, "wrong")
     assert "recall" in anyio.run(_session, url, TOKEN)
-    r = httpx.post(url, json=INIT, headers={**MCP_HEADERS, "Authorization": f"Bearer {TOKEN}"})
-    assert r.status_code == 200
+    for headers in ({"Authorization": f"Bearer {TOKEN}"}, {"X-API-Key": TOKEN}):  # as hopmem serve reads keys
+        r = httpx.post(url, json=INIT, headers={**MCP_HEADERS, **headers})
+        assert r.status_code == 200, headers
 
 
 def test_tokens_are_reread_when_the_file_changes(server):

@@ -149,6 +149,9 @@ class HopmemStore(BaseStore):
               ttl: TTLConfig | None, config: RecallConfig | None, clock: Callable[[], float] | None) -> None:
         self._clock = clock or time.time
         self._path = os.fspath(path)
+        if self._path == ":memory:":  # each namespace's agent memory would be a database of its own
+            raise InvalidInput("path: HopmemStore needs a file (for a throwaway store, one in a temporary "
+                               "directory), got ':memory:'")
         self._lock = threading.RLock()
         self._closed = False
         self._memories: dict[str, AgentMemory] = {}
