@@ -39,7 +39,7 @@ SAN_TESTS ?= tests/test_kernel_vs_reference.py tests/test_top_k.py tests/test_th
 CC ?= cc
 
 .PHONY: FORCE all install build build-debug build-asan build-tsan build-portable test test-asan test-tsan \
-        test-portable test-install wheel sdist lint typecheck docs hooks demo serve bench bench-smoke asv \
+        test-portable test-no-amx test-install wheel sdist lint typecheck docs hooks demo serve bench bench-smoke asv \
         asv-smoke clean
 
 all: test
@@ -131,6 +131,17 @@ test-portable:
 	$(BIN)/python -c "from hopmem import _kernel; assert not _kernel.amx_available()"
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PORTABLE_TESTS); status=$$?; \
 	$(MAKE) --no-print-directory build; exit $$status
+
+# The tests whose floats come from a model, BLAS or torch, with the CPU's AMX paths switched off, as on a
+# machine without AMX (AMD, older Intel): hopmem's batches on float32 BLAS (HOPMEM_AMX=0), torch on AVX2
+# kernels, oneDNN without AMX. `make test` covers both batch paths already; this run checks that no test
+# expects the numbers of the machine it was written on.
+NO_AMX_ENV   := HOPMEM_AMX=0 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2
+NO_AMX_TESTS ?= tests/test_hopfield.py tests/test_batched_amx.py tests/test_agent_centering.py \
+                tests/test_onnx_encoder.py tests/test_encoders.py tests/test_text_minilm.py \
+                tests/test_agent_eval_data.py tests/test_agent_rerank.py tests/test_agent_verdict.py
+test-no-amx: build
+	$(NO_AMX_ENV) $(BIN)/python -m pytest -q -p no:cacheprovider $(NO_AMX_TESTS)
 
 # The sdist and the wheel users install (python -m build, in dist/).
 sdist wheel: $(STAMP)
