@@ -137,7 +137,7 @@ test-portable:
 # kernels, oneDNN without AMX. `make test` covers both batch paths already; this run checks that no test
 # expects the numbers of the machine it was written on.
 NO_AMX_ENV   := HOPMEM_AMX=0 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2
-NO_AMX_TESTS ?= tests/test_hopfield.py tests/test_batched_amx.py tests/test_agent_centering.py \
+NO_AMX_TESTS ?= tests/test_agent_centering.py \
                 tests/test_onnx_encoder.py tests/test_encoders.py tests/test_text_minilm.py \
                 tests/test_agent_eval_data.py tests/test_agent_rerank.py tests/test_agent_verdict.py
 test-no-amx: build

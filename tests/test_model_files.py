@@ -59,6 +59,12 @@ def test_the_manifest_names_every_file_the_encoders_read():
     assert len(minilm_manifest()["revision"]) == 40  # a commit, not a branch: pinned
 
 
+def test_the_weights_checked_are_those_the_fingerprints_name():
+    from hopmem.encoders import BUNDLED_MINILM_SHA256
+
+    assert minilm_manifest()["files"]["model.safetensors"]["sha256"] == BUNDLED_MINILM_SHA256
+
+
 def test_the_package_is_used_when_installed_and_nothing_else_is_there(real_files, monkeypatch, tmp_path):
     monkeypatch.delenv(MODEL_DIR_ENV, raising=False)
     monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path / "empty"))
