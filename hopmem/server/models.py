@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import struct
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,6 +20,7 @@ from hopmem.store.names import COLLECTION_NAME_MAX, DATABASE_NAME
 from hopmem.store.names import check_collection_name as _store_check
 
 from .errors import HTTPError
+from .limits import Limits
 
 __all__ = [
     "Limits", "DB_NAME", "check_db_name", "check_collection_name", "parse_body",
@@ -41,23 +41,6 @@ CONFIG_CAPS = {"t_max": 1000, "k": 100_000}
 #: Longest collection name, in characters (the store's rule).
 MAX_COLLECTION_NAME = COLLECTION_NAME_MAX
 _NUMBER_TYPES = (float, int)
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Bounds on what one request may ask for (flags of ``serve``)."""
-
-    max_body_bytes: int = 2 * 1024 * 1024
-    max_batch: int = 1000
-    request_timeout: float = 30.0
-
-    def __post_init__(self) -> None:
-        if self.max_body_bytes < 1:
-            raise ValueError(f"max_body_bytes: expected an integer >= 1, got {self.max_body_bytes!r}")
-        if self.max_batch < 1:
-            raise ValueError(f"max_batch: expected an integer >= 1, got {self.max_batch!r}")
-        if not self.request_timeout > 0:
-            raise ValueError(f"request_timeout: expected seconds > 0, got {self.request_timeout!r}")
 
 
 def bad(message: str) -> HTTPError:
