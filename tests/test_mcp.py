@@ -10,10 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +26,7 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 from hopmem.agent import NOTHING_REMEMBERED, AgentMemory, memory_tools  # noqa: E402
 from hopmem.encoders import HashingEncoder  # noqa: E402
 from hopmem.mcp_server import STATS_URI, desktop_config  # noqa: E402
+from mcp_support import serving_http  # noqa: E402
 
 pytestmark = pytest.mark.subprocess
 
@@ -153,28 +151,9 @@ def test_stdio_remember_recall_forget_and_namespaces(tmp_path):
     anyio.run(scenario)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_streamable_http(tmp_path):
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "hopmem.cli", "mcp", "--http", "--port", str(port), "--path",
-         str(tmp_path / "agent.db"), "--namespace", "n", "--session", "s1", "--encoder", "hashing"],
-        env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                assert proc.poll() is None, "the server exited"
-                assert time.monotonic() < deadline, "the server did not start listening"
-                time.sleep(0.1)
+    with serving_http("--path", str(tmp_path / "agent.db"), "--namespace", "n", "--session", "s1",
+                      "--encoder", "hashing", timeout=30) as port:
 
         async def scenario() -> None:
             async with streamable_http_client(f"http://127.0.0.1:{port}/mcp") as streams:
@@ -187,13 +166,6 @@ def test_streamable_http(tmp_path):
                     assert hit["found"] is True and hit["memories"][0]["id"] == stored["id"]
 
         anyio.run(scenario)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # pragma: no cover
-            proc.kill()
-            proc.wait()
 
 
 def test_default_encoder_reopens_a_file_with_the_encoder_it_records(tmp_path):
