@@ -29,6 +29,10 @@ class CatalogActor:
     def invoke(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Envelope:
         return answer(getattr(self._impl, method), *args, **kwargs)
 
+    def node_id(self) -> str:
+        """The Ray node this catalog runs on (the head, where ``connect`` creates it)."""
+        return str(ray.get_runtime_context().get_node_id())
+
 
 #: What one host asks another: a forwarded mutation, a chunk of a copy, installing it.
 REPLICATION_CALLS = frozenset({"apply", "receive_chunk", "install"})

@@ -115,12 +115,14 @@ class Catalog:
         node = {h["host_id"]: h["node_id"] for h in hosts}
         placement = []
         copies: list[list[str]] = []
+        leads: dict[str, int] = {}
         for _ in range(shards):
             chosen = pick_hosts(load, node, replicas, [])
             for host in chosen:
                 load[host] += 1
-            turn = len(placement) % len(chosen)  # leaders spread too, not only copies
-            chosen = chosen[turn:] + chosen[:turn]
+            lead = min(chosen, key=lambda h: leads.get(h, 0))  # leaders spread too
+            leads[lead] = leads.get(lead, 0) + 1
+            chosen = [lead] + [h for h in chosen if h != lead]
             placement.append(chosen[0])
             copies.append(chosen)
         enc = None if encoder is None else json.dumps(encoder)
