@@ -189,6 +189,8 @@ def test_node_loss_during_writes_from_four_clients_loses_no_acknowledged_write(n
     unknown: dict[str, list[int]] = {n: [] for n in names}
     counter = [0]
     recovered: list[float] = []
+    errors: list[str] = []
+    kinds: list[str] = []
     for rnd in range(10):
         stop = threading.Event()
         removed_at = [0.0]
@@ -203,10 +205,11 @@ def test_node_loss_during_writes_from_four_clients_loses_no_acknowledged_write(n
                     k = counter[0]
                 started = time.monotonic()
                 try:
-                    coll.write(clustered(1, D, rng=k, noise=0.2, centre_seed=3), metadata=k,
+                    coll.write(clustered(1, D, rng=k, noise=0.2, centre_seed=3), metadata=[k],
                                write_id=f"{name}-{k}")
-                except Exception:  # noqa: BLE001 - outcome unknown: checked below
+                except Exception as exc:  # noqa: BLE001 - outcome unknown: checked below
                     unknown[name].append(k)
+                    errors.append(f"{name}: {type(exc).__name__}: {exc}")
                     continue
                 acked[name].append(k)
                 if removed_at[0] and started > removed_at[0] and name not in after:
@@ -219,6 +222,8 @@ def test_node_loss_during_writes_from_four_clients_loses_no_acknowledged_write(n
             if state["replicas"][0] == state["leader"] else state["replicas"][0]
         victim = nodes.node_of_host(want) or nodes.workers[rnd % len(nodes.workers)]
         host = nodes.host_of_node(victim)
+        leading = any(db.replication[db.shard_of(n)]["leader"] == host for n in names)
+        kinds.append("leader" if leading else "follower")
         threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
         for th in threads:
             th.start()
@@ -235,7 +240,7 @@ def test_node_loss_during_writes_from_four_clients_loses_no_acknowledged_write(n
         stop.set()
         for th in threads:
             th.join()
-        assert len(after) == 4, f"round {rnd}: clients without an acknowledged write: {after}"
+        assert len(after) == 4, f"round {rnd}: clients without an acknowledged write: {after}, {errors[:5]}, {[len(v) for v in acked.values()]}"
         recovered.append(max(after.values()))
         assert max(after.values()) < 10.0, after
         nodes.workers.append(nodes.add())
@@ -248,7 +253,8 @@ def test_node_loss_during_writes_from_four_clients_loses_no_acknowledged_write(n
             assert not missing, f"round {rnd} ({host} lost, disk lost: {lose_disk}): {missing}"
             assert set(got) <= set(acked[name]) | set(unknown[name])
     assert sum(len(v) for v in acked.values()) > 100
-    print(f"writes accepted again after {max(recovered):.2f} s at most "
+    assert kinds.count("leader") >= 3 and kinds.count("follower") >= 3, kinds
+    print(f"rounds: {kinds}; writes accepted again after {max(recovered):.2f} s at most "
           f"(median {float(np.median(recovered)):.2f} s); "
           f"{sum(len(v) for v in unknown.values())} writes with an unknown outcome")
     c.drop("loss")
