@@ -129,8 +129,10 @@ class ClusterDataDir:
 
     def __init__(self, transport: Transport, root: str, *, default_shards: int = 4,
                  on_shutdown: Callable[[], None] | None = None,
-                 read_from: str = "leader") -> None:
+                 read_from: str = "leader", default_replicas: int = 1) -> None:
         self.read_from = _check_read_from(read_from)
+        #: R for databases created without ``replicas=`` (the HTTP server's, for one).
+        self.default_replicas = default_replicas
         self._t = transport
         self.root = root
         self.default_shards = default_shards
@@ -180,11 +182,11 @@ class ClusterDataDir:
         return list(self._t.catalog("databases"))
 
     def create(self, name: str, dim: int, *, encoder: Any = None, shards: int | None = None,
-               replicas: int = 1, **config: Any) -> ClusterDatabase:
+               replicas: int | None = None, **config: Any) -> ClusterDatabase:
         """Create database ``name`` split in ``shards`` shard files (default
         :attr:`default_shards`); :class:`~hopmem.errors.AlreadyExists` if it exists.
 
-        ``replicas`` R >= 2 keeps R copies of each shard on R hosts (on distinct
+        ``replicas`` (default :attr:`default_replicas`) R >= 2 keeps R copies of each shard on R hosts (on distinct
         nodes when the cluster has R nodes with hosts): a write is acknowledged
         once every in-sync copy committed it, and a shard survives the loss of
         R - 1 of its nodes (see *Failures* in ``docs/scale-out.md``).
@@ -196,6 +198,7 @@ class ClusterDataDir:
         info = None if encoder is None else EncoderInfo.of(encoder)
         enc = None if info is None else {"name": info.name, "dim": info.dim,
                                          "fingerprint": info.fingerprint}
+        replicas = self.default_replicas if replicas is None else replicas
         if replicas == 1:
             record = self._t.catalog("create_database", name, int(dim), shards, "", enc, config)
         else:
