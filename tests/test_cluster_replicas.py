@@ -180,6 +180,28 @@ def test_a_write_id_retried_across_a_failover_is_applied_once(nodes):
     c.drop("once")
 
 
+def test_cli_lists_leaders_replicas_epochs_and_lag_and_repairs(nodes, capsys):
+    import json
+
+    from hopmem.cli import main
+    c = nodes.hopmem
+    db = c.create("listed", D, shards=2, replicas=2)
+    db.collection("c").write(clustered(4, D, rng=5), metadata=[1, 2, 3, 4])
+    address = nodes.cluster.address
+    assert main(["shard", "--ray", address, "--json", "list", "listed"]) == 0
+    states = json.loads(capsys.readouterr().out)["replication"]["listed"]
+    assert [s["shard"] for s in states] == [0, 1]
+    for s in states:
+        assert s["epoch"] == 1 and s["isr"] == s["replicas"] and len(s["replicas"]) == 2
+        assert set(s["lag"].values()) == {0}
+    assert main(["shard", "--ray", address, "list", "listed"]) == 0
+    text = capsys.readouterr().out
+    assert f"listed shard 0: leader {states[0]['leader']}, epoch 1" in text and "lag" in text
+    assert main(["shard", "--ray", address, "repair"]) == 0
+    assert "listed shard 1: leader" in capsys.readouterr().out
+    c.drop("listed")
+
+
 def test_node_loss_during_writes_from_four_clients_loses_no_acknowledged_write(nodes):
     c = nodes.hopmem
     db = c.create("loss", D, shards=4, replicas=2)
