@@ -118,6 +118,7 @@ def test_the_catalog_lives_on_the_head_and_copies_on_distinct_nodes(nodes):
         assert state["epoch"] == 1
     assert len({s["leader"] for s in db.replication}) == 1 + WORKERS  # leaders spread
     import ray
+
     from hopmem.cluster.runtime import CATALOG_ACTOR, NAMESPACE
     catalog = ray.get_actor(CATALOG_ACTOR, namespace=NAMESPACE)
     assert ray.get(catalog.node_id.remote()) == head  # survives the loss of any other node
@@ -202,6 +203,48 @@ def test_cli_lists_leaders_replicas_epochs_and_lag_and_repairs(nodes, capsys):
     c.drop("listed")
 
 
+class Writers:
+    """Four client threads writing one vector at a time (each with its write id) to their
+    own collection until stopped; records what was acknowledged and when."""
+
+    def __init__(self, colls, acked, unknown, errors, counter) -> None:
+        self.colls, self.acked, self.unknown, self.errors = colls, acked, unknown, errors
+        self.counter = counter
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.removed_at = 0.0
+        self.after: dict[str, float] = {}  # client -> first ack of a write sent after removal
+        self.threads = [threading.Thread(target=self.run, args=(c,)) for c in colls]
+
+    def run(self, coll) -> None:
+        name = coll.name
+        while not self.stop.is_set():
+            with self.lock:
+                self.counter[0] += 1
+                k = self.counter[0]
+            started = time.monotonic()
+            try:
+                coll.write(clustered(1, D, rng=k, noise=0.2, centre_seed=3), metadata=[k],
+                           write_id=f"{name}-{k}")
+            except Exception as exc:  # noqa: BLE001 - outcome unknown: checked below
+                self.unknown[name].append(k)
+                self.errors.append(f"{name}: {type(exc).__name__}: {exc}")
+                continue
+            self.acked[name].append(k)
+            if self.removed_at and started > self.removed_at and name not in self.after:
+                self.after[name] = time.monotonic() - self.removed_at
+
+    def __enter__(self) -> Writers:
+        for th in self.threads:
+            th.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        for th in self.threads:
+            th.join()
+
+
 def test_node_loss_during_writes_from_four_clients_loses_no_acknowledged_write(nodes):
     c = nodes.hopmem
     db = c.create("loss", D, shards=4, replicas=2)
@@ -214,29 +257,6 @@ def test_node_loss_during_writes_from_four_clients_loses_no_acknowledged_write(n
     errors: list[str] = []
     kinds: list[str] = []
     for rnd in range(10):
-        stop = threading.Event()
-        removed_at = [0.0]
-        lock = threading.Lock()
-        after: dict[str, float] = {}
-
-        def writer(w: int) -> None:
-            coll, name = colls[w], names[w]
-            while not stop.is_set():
-                with lock:
-                    counter[0] += 1
-                    k = counter[0]
-                started = time.monotonic()
-                try:
-                    coll.write(clustered(1, D, rng=k, noise=0.2, centre_seed=3), metadata=[k],
-                               write_id=f"{name}-{k}")
-                except Exception as exc:  # noqa: BLE001 - outcome unknown: checked below
-                    unknown[name].append(k)
-                    errors.append(f"{name}: {type(exc).__name__}: {exc}")
-                    continue
-                acked[name].append(k)
-                if removed_at[0] and started > removed_at[0] and name not in after:
-                    after[name] = time.monotonic() - removed_at[0]
-
         # Alternate the victim: the node leading the round's collection, then one following it.
         db.refresh()
         state = db.replication[db.shard_of(names[rnd % 4])]
@@ -246,23 +266,20 @@ def test_node_loss_during_writes_from_four_clients_loses_no_acknowledged_write(n
         host = nodes.host_of_node(victim)
         leading = any(db.replication[db.shard_of(n)]["leader"] == host for n in names)
         kinds.append("leader" if leading else "follower")
-        threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
-        for th in threads:
-            th.start()
-        time.sleep(0.4)
-        removed_at[0] = time.monotonic()
-        nodes.remove(victim)
         lose_disk = rnd % 2 == 1
-        if lose_disk:
-            shutil.rmtree(os.path.join(nodes.root, "hosts", host), ignore_errors=True)
-        deadline = time.monotonic() + 15
-        while len(after) < 4 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.3)
-        stop.set()
-        for th in threads:
-            th.join()
-        assert len(after) == 4, f"round {rnd}: clients without an acknowledged write: {after}, {errors[:5]}, {[len(v) for v in acked.values()]}"
+        with Writers(colls, acked, unknown, errors, counter) as writers:
+            time.sleep(0.4)
+            writers.removed_at = time.monotonic()
+            nodes.remove(victim)
+            if lose_disk:
+                shutil.rmtree(os.path.join(nodes.root, "hosts", host), ignore_errors=True)
+            deadline = time.monotonic() + 15
+            while len(writers.after) < 4 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.3)
+        after = writers.after
+        assert len(after) == 4, (f"round {rnd}: clients without an acknowledged write after the "
+                                 f"removal: {after}; errors: {errors[:5]}")
         recovered.append(max(after.values()))
         assert max(after.values()) < 10.0, after
         nodes.workers.append(nodes.add())

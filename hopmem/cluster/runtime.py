@@ -181,10 +181,14 @@ def _deploy(ray: Any, root: str, hosts: int | None, per_node: bool,
     from . import actors
     catalog_actor: Any = actors.CatalogActor
     here = ray.get_runtime_context().get_node_id()
+    # The catalog lives on the head node (Ray's own control plane: losing it loses the
+    # cluster anyway), so it survives the loss of any other node.
+    head = next((n["NodeID"] for n in ray.nodes() if n.get("Alive")
+                 and "node:__internal_head__" in n.get("Resources", {})), here)
     try:
         catalog = ray.get_actor(CATALOG_ACTOR, namespace=NAMESPACE)
     except ValueError:
-        catalog = catalog_actor.options(**_actor_options(CATALOG_ACTOR), **_pin(here)).remote(
+        catalog = catalog_actor.options(**_actor_options(CATALOG_ACTOR), **_pin(head)).remote(
             os.path.join(root, CATALOG_FILE))
 
     def call(method: str, *args: Any) -> Any:
