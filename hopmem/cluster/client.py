@@ -155,7 +155,8 @@ class ClusterDataDir:
         """Whether the hosts' store records write ids for ``Collection.<method>`` (so such
         calls are retried safely)."""
         if method not in self._write_ids:
-            host = self.hosts()[0]["host_id"]
+            hosts = [h["host_id"] for h in self.hosts()]
+            host = next((h for h in hosts if self._t.host_alive(h)), hosts[0])
             self._write_ids[method] = bool(_value(self._t.host(host, "supports_write_ids",
                                                                (method,), True)))
         return self._write_ids[method]

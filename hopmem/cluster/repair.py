@@ -91,7 +91,11 @@ def repair(transport: Any) -> list[dict[str, Any]]:
         for shard in range(record["shards"]):
             state = transport.catalog("shard_state", name, shard)
             if state["leader"] not in live:
-                state = fail_over(transport, name, shard, state["leader"])
+                try:
+                    state = fail_over(transport, name, shard, state["leader"])
+                except StoreError as exc:  # no in-sync copy is alive: nothing to copy from
+                    out.append({"database": name, **state, "copied": [], "error": str(exc)})
+                    continue
             leader, epoch = state["leader"], state["epoch"]
             keep = [h for h in state["replicas"] if h in live]
             if keep != state["replicas"]:
