@@ -190,3 +190,35 @@ def test_sigkill_of_a_replicated_leader_keeps_its_copies_equal(ray_cluster):
         assert ok
         snaps.append(snap)
     assert snaps[0] == snaps[1] == coll.snapshot()
+
+
+def test_a_killed_follower_leaves_the_in_sync_set_and_is_caught_up_again(ray_cluster):
+    """A follower killed with SIGKILL fails a forwarded write: the leader takes it out of the
+    in-sync set (the write is acknowledged without it), then catches it up in the background
+    with a full copy once Ray has restarted it, without a repair."""
+    name = cluster_db_name("kf")
+    db = ray_cluster.create(name, 16, shards=1, replicas=2)
+    coll = db.collection("c")
+    coll.write(clustered(5, 16, rng=1), metadata=list(range(5)))
+    state = db.replication[0]
+    follower = state["isr"][1]
+    os.kill(_host_pid(ray_cluster, follower), signal.SIGKILL)
+    time.sleep(0.5)  # the kill lands before the next forward
+    assert coll.write(clustered(2, 16, rng=2), metadata=[5, 6]).ids == [6, 7]
+    t = ray_cluster.transport
+    deadline = time.monotonic() + 30
+    seen_out = False
+    while time.monotonic() < deadline:
+        isr = t.catalog("shard_state", name, 0)["isr"]
+        seen_out = seen_out or follower not in isr
+        if seen_out and follower in isr:
+            break
+        time.sleep(0.2)
+    assert seen_out and follower in t.catalog("shard_state", name, 0)["isr"]
+    coll.write(clustered(1, 16, rng=3), metadata=[7])
+    snaps = []
+    for host in state["replicas"]:
+        ok, snap = t.host(host, "collection_call", (name, 0, "c", "snapshot", (), {}), True)
+        assert ok
+        snaps.append(snap)
+    assert snaps[0] == snaps[1] == coll.snapshot()

@@ -34,8 +34,9 @@ class CatalogActor:
         return str(ray.get_runtime_context().get_node_id())
 
 
-#: What one host asks another: a forwarded mutation, a chunk of a copy, installing it.
-REPLICATION_CALLS = frozenset({"apply", "receive_chunk", "install"})
+#: What one host asks another: a forwarded mutation, a chunk of a copy, installing it, and
+#: whether it answers at all.
+REPLICATION_CALLS = frozenset({"apply", "receive_chunk", "install", "pid"})
 
 
 class RayPeers:

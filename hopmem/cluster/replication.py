@@ -19,7 +19,10 @@ lead at an epoch the catalog does not give it.
 
 A follower is (re)filled by a full copy of the leader's shard (SQLite's online
 backup, sent in chunks through Ray's object store as a move does) while the
-leader holds the shard's lock; it then joins the in-sync set.
+leader holds the shard's lock; it then joins the in-sync set. A leader that
+took a follower out of the in-sync set keeps trying, in the background, to
+catch it up this way once it answers again (a restarted process, a node
+back); ``repair`` does it for copies on lost hosts.
 
 Plain Python: the host actor gives :class:`Replication` its peers (calls to
 other hosts and to the catalog) as a :class:`Peers` object.
@@ -31,6 +34,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -47,6 +51,8 @@ REPLICATED_METHODS = frozenset({"collection_call", "database_call", "read_group"
 _COLLECTION_MUTATIONS = frozenset({"write", "compress", "documents.delete"})
 _DATABASE_MUTATIONS = frozenset({"collection", "drop_collection"})
 _CHUNK = 8 << 20
+#: How long a leader keeps trying to catch up a copy that left the in-sync set on its own.
+REJOIN_SECONDS = 600.0
 
 
 def mutates(method: str, args: tuple[Any, ...]) -> bool:
@@ -197,6 +203,31 @@ class Replication:
             raise NotLeader(f"host {self.me} was deposed as leader of shard {shard} of "
                             f"{database!r}: {exc}") from None
         role.followers = [h for h in state["isr"] if h != self.me]
+        for host in failed:
+            threading.Thread(target=self._rejoin, args=(database, shard, role.epoch, host),
+                             name=f"hopmem-rejoin-{host}", daemon=True).start()
+
+    def _rejoin(self, database: str, shard: int, epoch: int, host: str) -> None:
+        """In the background: catch ``host`` up (a full copy) once it answers again, e.g. after
+        its process restarted, while this host leads at ``epoch`` and ``host`` is still one of
+        the shard's replicas out of sync; gives up after ``REJOIN_SECONDS``."""
+        deadline = time.monotonic() + REJOIN_SECONDS
+        delay = 1.0
+        while time.monotonic() < deadline:
+            time.sleep(delay)
+            delay = min(2 * delay, 15.0)
+            try:
+                state = self._peers().catalog("shard_state", database, shard)
+                if state["epoch"] != epoch or state["leader"] != self.me \
+                        or host not in state["replicas"] or host in state["isr"]:
+                    return
+                ok, _ = self._peers().replicate(host, "pid", (), self.timeout)
+                if ok:
+                    self.catch_up(database, shard, epoch, host)
+                    return
+            except Exception as exc:  # noqa: BLE001 - tried again until the deadline
+                logger.info("shard %d of %r: %s not caught up yet (%s)", shard, database, host,
+                            exc)
 
     def _refill_all(self, database: str, shard: int, role: Role) -> None:
         """After taking over leadership: copy this shard to every follower (they may lack or
