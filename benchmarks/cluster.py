@@ -26,7 +26,7 @@ Figures (each the median of ``--runs`` runs; the same for single-node hopmem):
   each: durable writes/s and write p50 of 16 client threads (one vector with
   metadata per call, each thread its own collection) into a database with
   R = 2 copies of each shard against R = 1; reads/s of 16 threads (exact
-  top-10 over ``--docs`` / 4 documents) from one collection of R = 2 with
+  top-10 over ``--docs`` / 2 documents) from one collection of R = 2 with
   ``read_from="any"`` (both copies) against ``read_from="leader"`` (one
   copy) and against R = 1.
 
@@ -275,9 +275,9 @@ def replication_runs(args: argparse.Namespace) -> dict[str, float]:
         pin_hosts(cluster)
         dbs = {r: cluster.create(f"r{r}", d, shards=4, replicas=r) for r in (1, 2)}
         rows = clustered(4096, d, 7)
-        # Reads: exact top-10 over docs / 4 documents, so that the hosts' work (which two
+        # Reads: exact top-10 over docs / 2 documents, so that the hosts' work (which two
         # copies share) and not the client process's per-call cost is what is measured.
-        stored = clustered(max(args.docs // 4, 1000), d, 8)
+        stored = clustered(max(args.docs // 2, 1000), d, 8)
         queries = clustered(256, d, 9)
         readers = {}
         for r in (1, 2):
