@@ -22,6 +22,14 @@ Figures (each the median of ``--runs`` runs; the same for single-node hopmem):
   competitive memory): vectors/s of 2 writers into 2 collections on ONE host,
   vs on 2 hosts; single node: 2 threads into 2 collections of one file.
 
+* Replication (``--skip-replication`` to leave out), hosts pinned to a core
+  each: durable writes/s and write p50 of 16 client threads (one vector with
+  metadata per call, each thread its own collection) into a database with
+  R = 2 copies of each shard against R = 1; reads/s of 16 threads (exact
+  top-10 over ``--docs`` / 2 documents) from one collection of R = 2 with
+  ``read_from="any"`` (both copies) against ``read_from="leader"`` (one
+  copy) and against R = 1.
+
 Starting Ray takes 5-10 s per cluster; the script starts one for the library
 figures and one per HTTP run (inside the server).
 """
@@ -229,6 +237,77 @@ def library_runs(args: argparse.Namespace) -> dict[str, Any]:
     return {k: median_of(v) for k, v in results.items()}
 
 
+def _clients(fn: Callable[[int, int], Any], clients: int, seconds: float) -> tuple[float, float]:
+    """Calls/s and p50 (ms) of ``clients`` threads calling ``fn(client, i)`` for ``seconds``."""
+    stop = threading.Event()
+    times: list[list[float]] = [[] for _ in range(clients)]
+
+    def work(c: int) -> None:
+        i = 0
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            fn(c, i)
+            times[c].append(time.perf_counter() - t0)
+            i += 1
+
+    threads = [threading.Thread(target=work, args=(c,)) for c in range(clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    time.sleep(seconds)
+    stop.set()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    flat = [x for ts in times for x in ts]
+    return len(flat) / elapsed, 1e3 * statistics.median(flat)
+
+
+def replication_runs(args: argparse.Namespace) -> dict[str, float]:
+    """Writes at R = 2 against R = 1, and reads from both copies against one (see module)."""
+    from hopmem.cluster import start_local
+
+    d, clients = args.dim, 16
+    root = tempfile.mkdtemp(prefix="hopmem-bench-replicas-")
+    cluster = start_local(hosts=2, root=root)
+    runs: list[dict[str, float]] = []
+    try:
+        pin_hosts(cluster)
+        dbs = {r: cluster.create(f"r{r}", d, shards=4, replicas=r) for r in (1, 2)}
+        rows = clustered(4096, d, 7)
+        # Reads: exact top-10 over docs / 2 documents, so that the hosts' work (which two
+        # copies share) and not the client process's per-call cost is what is measured.
+        stored = clustered(max(args.docs // 2, 1000), d, 8)
+        queries = clustered(256, d, 9)
+        readers = {}
+        for r in (1, 2):
+            readers[r] = cluster.create(f"reads{r}", d, shards=1, replicas=r, mode="plain",
+                                        k=1).collection("reads")
+            _fill(readers[r], stored, 0)
+        for run in range(args.runs):
+            fig: dict[str, float] = {}
+            for r, db in dbs.items():
+                colls = [db.collection(f"w{run}-{c}") for c in range(clients)]
+                rate, p50 = _clients(lambda c, i, colls=colls: colls[c].write(
+                    rows[(c * 256 + i) % len(rows)], metadata=[i]), clients, args.seconds)
+                fig[f"writes_per_s_r{r}"], fig[f"write_p50_ms_r{r}"] = rate, p50
+            fig["writes_ratio_r2_r1"] = fig["writes_per_s_r2"] / fig["writes_per_s_r1"]
+            for label, coll, mode in (("r1", readers[1], "leader"), ("r2_leader", readers[2],
+                                                                    "leader"),
+                                      ("r2_any", readers[2], "any")):
+                rate, p50 = _clients(lambda c, i, coll=coll, mode=mode: coll.resolve(
+                    queries[(c * 16 + i) % len(queries)], limit=10, read_from=mode), clients,
+                    args.seconds)
+                fig[f"reads_per_s_{label}"], fig[f"read_p50_ms_{label}"] = rate, p50
+            fig["reads_ratio_any_leader"] = fig["reads_per_s_r2_any"] / fig["reads_per_s_r2_leader"]
+            runs.append(fig)
+            print("replication run", run, json.dumps(fig), flush=True)
+    finally:
+        cluster.shutdown()
+        shutil.rmtree(root, ignore_errors=True)
+    return median_of(runs)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--dim", type=int, default=384)
@@ -246,12 +325,16 @@ def main(argv: list[str] | None = None) -> int:
                         "machine's worth of CPU per host, as on separate machines)")
     p.add_argument("--skip-http", action="store_true")
     p.add_argument("--skip-library", action="store_true")
+    p.add_argument("--skip-replication", action="store_true")
+    p.add_argument("--seconds", type=float, default=5.0,
+                   help="seconds per replication phase (16 client threads)")
     p.add_argument("--smoke", action="store_true", help="tiny sizes, one run")
     p.add_argument("--json", help="write the figures to this file")
     args = p.parse_args(argv)
     if args.smoke:
         args.dim, args.runs, args.stored, args.requests, args.duration = 32, 1, 200, 100, 3.0
         args.docs, args.queries, args.batches, args.batch = 2000, 5, 1, 100
+        args.seconds = 0.5
     try:
         import ray  # noqa: F401
     except ImportError:
@@ -270,6 +353,9 @@ def main(argv: list[str] | None = None) -> int:
         out["library_cluster"], out["library_single_node"] = lib["cluster"], lib["single"]
         print("library_cluster", json.dumps(lib["cluster"]), flush=True)
         print("library_single_node", json.dumps(lib["single"]), flush=True)
+    if not args.skip_replication:
+        out["replication"] = replication_runs(args)
+        print("replication", json.dumps(out["replication"]), flush=True)
     out["load_after"] = os.getloadavg()[0]
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2))

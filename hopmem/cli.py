@@ -1,7 +1,7 @@
 """The ``hopmem`` command: thin argument handling over the library.
 
 Subcommands: ``stats PATH``, ``export PATH COLLECTION OUT``, ``import PATH IN``,
-``demo``, ``mcp`` (the agent memory as an MCP server), ``shard list|move`` (a
+``demo``, ``mcp`` (the agent memory as an MCP server), ``shard list|move|repair`` (a
 cluster's shards, see :mod:`hopmem.cluster`), and (when the server is installed)
 ``serve`` and ``keys``. Errors are printed as ``hopmem: error: ...``
 with exit status 1 (2 for bad arguments).
@@ -94,6 +94,14 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
     return mcp_server.main(args)
 
 
+def _shard_line(database: str, state: dict[str, Any]) -> str:
+    lag = state.get("lag") or {}
+    lags = " ".join(f"{h}={'lost' if v is None else v}" for h, v in lag.items())
+    return (f"{database} shard {state['shard']}: leader {state['leader']}, epoch {state['epoch']}, "
+            f"replicas {','.join(state['replicas'])}, in sync {','.join(state['isr'])}"
+            + (f", lag {lags}" if lags else ""))
+
+
 def _cmd_shard(args: argparse.Namespace) -> int:
     from . import cluster
 
@@ -104,14 +112,20 @@ def _cmd_shard(args: argparse.Namespace) -> int:
             text = (f"moved shard {out['shard']} of {out['database']!r} from {out['from']} to "
                     f"{out['to']} ({out['bytes']} bytes, {out['seconds']} s)" if out["moved"] else
                     f"shard {out['shard']} of {out['database']!r} is already on {out['to']}")
+        elif args.shard_command == "repair":
+            out = hopmem_cluster.repair()
+            text = "\n".join(_shard_line(r["database"], r) + (
+                f", copied to {','.join(r['copied'])}" if r["copied"] else "") for r in out) \
+                or "no replicated database"
         else:
             names = [args.database] if args.database else hopmem_cluster.list()
             out = {"hosts": hopmem_cluster.hosts(),
-                   "databases": {n: hopmem_cluster.placement(n) for n in names}}
-            lines = [f"host {h['host_id']}: {h['shards']} shard(s) in {h['root']}"
+                   "databases": {n: hopmem_cluster.placement(n) for n in names},
+                   "replication": {n: hopmem_cluster.shard_states(n, lag=True) for n in names}}
+            lines = [f"host {h['host_id']}: {h['shards']} shard(s) led in {h['root']}"
                      for h in out["hosts"]]
-            lines += [f"{n}: " + " ".join(f"{i}->{h}" for i, h in enumerate(p))
-                      for n, p in out["databases"].items()]
+            lines += [_shard_line(n, state) for n, states in out["replication"].items()
+                      for state in states]
             text = "\n".join(lines)
     finally:
         hopmem_cluster.shutdown()
@@ -153,22 +167,27 @@ def build_parser() -> argparse.ArgumentParser:
     add_mcp_arguments(p)
     p.set_defaults(func=_cmd_mcp)
 
-    p = sub.add_parser("shard", help="list or move the shards of a hopmem cluster on Ray "
-                                     "(needs hopmem[cluster])",
-                       description="The shards of a cluster's databases: where each one is "
-                                   "(list), and moving one to another host (move: checkpoint, "
-                                   "backup, copy, reopen there, update the catalog).")
+    p = sub.add_parser("shard", help="list, move or repair the shards of a hopmem cluster on "
+                                     "Ray (needs hopmem[cluster])",
+                       description="The shards of a cluster's databases: where each one is, "
+                                   "with its leader, replicas, epoch, in-sync copies and their "
+                                   "lag (list); moving one to another host (move: checkpoint, "
+                                   "backup, copy, reopen there, update the catalog); restoring "
+                                   "R in-sync copies of every replicated shard (repair).")
     p.add_argument("--ray", metavar="ADDRESS", default="auto",
                    help="the Ray cluster's address (default auto)")
     p.add_argument("--json", action="store_true", help="print JSON")
-    shard_sub = p.add_subparsers(dest="shard_command", metavar="{list,move}")
+    shard_sub = p.add_subparsers(dest="shard_command", metavar="{list,move,repair}")
     shard_sub.required = True
-    q = shard_sub.add_parser("list", help="hosts, and the host of each shard")
+    q = shard_sub.add_parser("list", help="hosts, and each shard's leader, replicas, epoch, "
+                                          "in-sync copies and lag")
     q.add_argument("database", nargs="?", help="only this database")
     q = shard_sub.add_parser("move", help="move one shard to another host")
     q.add_argument("database", metavar="DATABASE")
     q.add_argument("shard", metavar="SHARD", type=int)
     q.add_argument("host", metavar="HOST", help="the target host's id (see shard list)")
+    shard_sub.add_parser("repair", help="start hosts on live nodes without one and restore R "
+                                        "in-sync copies of every replicated shard")
     p.set_defaults(func=_cmd_shard)
 
     p = sub.add_parser("demo", help="run the demonstration (its options: hopmem demo --help)",

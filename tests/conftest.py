@@ -199,10 +199,11 @@ class StoreOpener:
     """``opener(dim=None, **config)``: a database to use in a ``with`` block, reopened on
     each later call: a file (``hopmem.open(path)``) or a cluster database (``start_local``)."""
 
-    def __init__(self, kind: str, path: str, cluster=None) -> None:
+    def __init__(self, kind: str, path: str, cluster=None, replicas: int = 1) -> None:
         self.kind = kind
         self.path = path
         self.cluster = cluster
+        self.replicas = replicas
         self.name = cluster_db_name() if cluster is not None else None
 
     def __call__(self, dim=None, **config):
@@ -210,13 +211,15 @@ class StoreOpener:
             import hopmem
             return hopmem.open(self.path, dim, **config)
         if dim is not None and not self.cluster.exists(self.name):
-            return self.cluster.create(self.name, dim, **config)
+            return self.cluster.create(self.name, dim, replicas=self.replicas, **config)
         return self.cluster.get(self.name)
 
 
-@pytest.fixture(params=["local", "cluster"])
+@pytest.fixture(params=["local", "cluster", "cluster-r2"])
 def store_opener(request, tmp_path):
-    """The store API tests' databases: a local file, then the same on a Ray cluster."""
-    if request.param == "cluster":
-        return StoreOpener("cluster", "", request.getfixturevalue("ray_cluster"))
+    """The store API tests' databases: a local file, then the same on a Ray cluster, with
+    one copy of each shard and with two (replicated: every write forwarded to a follower)."""
+    if request.param.startswith("cluster"):
+        return StoreOpener("cluster", "", request.getfixturevalue("ray_cluster"),
+                           replicas=2 if request.param == "cluster-r2" else 1)
     return StoreOpener("local", str(tmp_path / "db.hopmem"))

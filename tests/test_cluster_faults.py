@@ -162,3 +162,63 @@ def test_agent_remember_is_retried_with_its_write_id(ray_cluster):
     # Without an id the client makes one up, so a remember is retried after a host failure too.
     assert remote.remember("The billing service runs on Postgres 16.").id != first.id
     assert remote.stats()["entries"] == 2
+
+
+def test_sigkill_of_a_replicated_leader_keeps_its_copies_equal(ray_cluster):
+    """A leader host killed with SIGKILL is restarted by Ray on its node and stays leader; it
+    takes its role from the catalog again and refills its follower with a full copy before
+    its next write (the follower may miss a write it committed just before dying)."""
+    name = cluster_db_name("rf")
+    db = ray_cluster.create(name, 16, shards=1, replicas=2)
+    coll = db.collection("c")
+    acked = list(coll.write(clustered(5, 16, rng=1), metadata=list(range(5))).ids)
+    leader = db.replication[0]["leader"]
+    pid = _host_pid(ray_cluster, leader)
+    os.kill(pid, signal.SIGKILL)
+    acked += coll.write(clustered(2, 16, rng=2), metadata=[5, 6]).ids  # retried after restart
+    assert _host_pid(ray_cluster, leader) != pid
+    db.refresh()
+    state = db.replication[0]
+    assert state["leader"] == leader and state["epoch"] == 1 and len(state["isr"]) == 2
+    ok, role = ray_cluster.transport.host(leader, "role", (name, 0), True)
+    assert ok and role == {"epoch": 1, "leader": leader, "followers": state["isr"][1:]}
+    assert [d.id for d in coll.documents.list()] == acked == list(range(1, 8))
+    snaps = []
+    for host in state["replicas"]:
+        ok, snap = ray_cluster.transport.host(host, "collection_call",
+                                              (name, 0, "c", "snapshot", (), {}), True)
+        assert ok
+        snaps.append(snap)
+    assert snaps[0] == snaps[1] == coll.snapshot()
+
+
+def test_a_killed_follower_leaves_the_in_sync_set_and_is_caught_up_again(ray_cluster):
+    """A follower killed with SIGKILL fails a forwarded write: the leader takes it out of the
+    in-sync set (the write is acknowledged without it), then catches it up in the background
+    with a full copy once Ray has restarted it, without a repair."""
+    name = cluster_db_name("kf")
+    db = ray_cluster.create(name, 16, shards=1, replicas=2)
+    coll = db.collection("c")
+    coll.write(clustered(5, 16, rng=1), metadata=list(range(5)))
+    state = db.replication[0]
+    follower = state["isr"][1]
+    os.kill(_host_pid(ray_cluster, follower), signal.SIGKILL)
+    time.sleep(0.5)  # the kill lands before the next forward
+    assert coll.write(clustered(2, 16, rng=2), metadata=[5, 6]).ids == [6, 7]
+    t = ray_cluster.transport
+    deadline = time.monotonic() + 30
+    seen_out = False
+    while time.monotonic() < deadline:
+        isr = t.catalog("shard_state", name, 0)["isr"]
+        seen_out = seen_out or follower not in isr
+        if seen_out and follower in isr:
+            break
+        time.sleep(0.2)
+    assert seen_out and follower in t.catalog("shard_state", name, 0)["isr"]
+    coll.write(clustered(1, 16, rng=3), metadata=[7])
+    snaps = []
+    for host in state["replicas"]:
+        ok, snap = t.host(host, "collection_call", (name, 0, "c", "snapshot", (), {}), True)
+        assert ok
+        snaps.append(snap)
+    assert snaps[0] == snaps[1] == coll.snapshot()

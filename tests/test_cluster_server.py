@@ -30,10 +30,15 @@ pytestmark = pytest.mark.subprocess
 RAY_ARGS = ("--ray", "local", "--hosts", "2")
 
 
-@pytest.fixture(scope="module")
-def ray_server(tmp_path_factory):
+@pytest.fixture(scope="module", params=[1, 2], ids=["r1", "r2"])
+def ray_server(tmp_path_factory, request):
+    """The server over a local cluster whose databases have one copy of each shard, then two
+    (``--replicas 2``, reads from any in-sync copy)."""
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    with LiveServer(tmp_path_factory.mktemp("serve-ray") / "data", 8, None, *RAY_ARGS) as srv:
+    replicas = ("--replicas", str(request.param), "--read-from",
+                "any" if request.param > 1 else "leader")
+    with LiveServer(tmp_path_factory.mktemp("serve-ray") / "data", 8, None, *RAY_ARGS,
+                    *replicas) as srv:
         yield srv
 
 

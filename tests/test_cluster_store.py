@@ -315,3 +315,32 @@ def test_agent_remember_records_its_write_id(tmp_path):
     with AgentMemory.open(path, encoder=enc, namespace="team", clock=lambda: 1_000_000.0) as memory:
         assert memory.remember("The billing service runs on Postgres 16.", write_id="r-1").id == first.id
         assert memory.stats()["entries"] == 1
+
+
+def test_reads_from_any_in_sync_copy_answer_as_the_leader(ray_cluster):
+    name = cluster_db_name("any")
+    db = ray_cluster.create(name, 8, shards=2, replicas=2)
+    assert db.replicas == 2
+    coll = db.collection("c")
+    coll.write(np.eye(8), metadata=list(range(8)))
+    state = db.replication[coll.shard]
+    assert state["isr"] == state["replicas"] and len(state["replicas"]) == 2
+    for host in state["replicas"]:  # each copy, asked directly, holds the leader's state
+        ok, snap = ray_cluster.transport.host(
+            host, "collection_call", (name, coll.shard, "c", "snapshot", (), {}), True)
+        assert ok and snap == coll.snapshot()
+    q = np.eye(8)[5]
+    for _ in range(4):  # round robin over both copies
+        assert coll.resolve(q, limit=2, read_from="any") == coll.resolve(q, limit=2)
+        np.testing.assert_array_equal(coll.read(q, read_from="any"), coll.read(q))
+    ray_cluster.read_from = "any"  # the client's default
+    try:
+        assert coll.snapshot() == coll.snapshot(read_from="leader")
+    finally:
+        ray_cluster.read_from = "leader"
+    with pytest.raises(InvalidInput, match="read_from: expected one of"):
+        coll.resolve(q, read_from="nearest")
+    with pytest.raises(hopmem.errors.NotSupported, match="agent memories are not replicated"):
+        db.agent_memory("ns", encoder=None)
+    with pytest.raises(hopmem.errors.NotSupported, match="replicated"):
+        ray_cluster.move_shard(name, coll.shard, state["replicas"][1])

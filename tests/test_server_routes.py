@@ -22,20 +22,26 @@ def unit_rows(n: int, seed: int = 0, d: int = D) -> np.ndarray:
     return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
-@pytest.fixture(params=["local", "cluster"])
+@pytest.fixture(params=["local", "cluster", "cluster-r2"])
 def client(request, tmp_path):
-    """The app over a data directory, then over a Ray cluster (``start_local``, emptied first)."""
+    """The app over a data directory, then over a Ray cluster (``start_local``, emptied first),
+    with one copy of each shard and with two."""
     datadir = None
-    if request.param == "cluster":
+    if request.param.startswith("cluster"):
         datadir = request.getfixturevalue("ray_cluster")
         for name in datadir.list():
             datadir.drop(name)
         (tmp_path / "data").mkdir()
         datadir.root = str(tmp_path / "data")
+        datadir.default_replicas = 2 if request.param == "cluster-r2" else 1
     app = create_app(tmp_path / "data", D, limits=Limits(max_body_bytes=256 * 1024, max_batch=50),
                      datadir=datadir)
-    with TestClient(app, raise_server_exceptions=True) as c:
-        yield c
+    try:
+        with TestClient(app, raise_server_exceptions=True) as c:
+            yield c
+    finally:
+        if datadir is not None:
+            datadir.default_replicas = 1
 
 
 # Both forms of every collection route: legacy (database "default") and scoped.

@@ -9,6 +9,13 @@ return a :class:`~hopmem.cluster.client.ClusterDataDir`: the ``DataDir`` /
 ``Database`` / ``Collection`` API with the same results and errors, plus
 ``shutdown()``. See ``docs/scale-out.md``.
 
+A replicated database (``cluster.create(name, dim, replicas=R)``) keeps R
+copies of each shard on R hosts: the leader forwards every mutation to the
+in-sync followers before acknowledging it (:mod:`hopmem.cluster.replication`),
+the catalog arbitrates leaders and in-sync sets by epoch, clients fail over
+to an in-sync copy when a leader's node is lost, and ``cluster.repair()``
+(:mod:`hopmem.cluster.repair`) restores R copies.
+
 A partitioned collection (``db.collection(name, partitions=P)``, a
 :class:`~hopmem.cluster.client.ClusterPartitionedCollection` over the logic of
 :mod:`hopmem.cluster.partitions`, which needs no Ray) spreads one collection's

@@ -22,6 +22,8 @@ Nothing here imports Ray: the transport (:mod:`hopmem.cluster.runtime`) does.
 
 from __future__ import annotations
 
+import builtins
+import itertools
 import re
 import time
 import uuid
@@ -33,7 +35,7 @@ import numpy as np
 
 from .._deprecation import positional_to_keywords, rename_keywords
 from ..config import MemoryConfig
-from ..errors import IncompatibleStore, InvalidInput, NotFound, StoreError
+from ..errors import IncompatibleStore, InvalidInput, NotFound, NotSupported, StoreError
 from ..recall import RecallGate, RecallResult
 from ..store import EncoderInfo
 from ..store.datadir import open_or_create
@@ -41,7 +43,8 @@ from ..store.documents import Document, DocumentHit, Documents
 from ..store.names import COLLECTION_NAME_MAX, check_collection_name, check_database_name
 from .partitions import PartitionedCollection
 from .placement import stable_shard
-from .wire import Envelope, NotHere, NotOpen, unpack_error
+from .replication import mutates
+from .wire import Envelope, HostLost, NotHere, NotLeader, NotOpen, StaleEpoch, unpack_error
 
 __all__ = ["ClusterDataDir", "ClusterDatabase", "ClusterCollection", "ClusterAgentMemory",
            "ClusterPartitionedCollection", "Transport", "part_name", "PART_SUFFIX"]
@@ -96,6 +99,19 @@ class Transport(Protocol):
 
     def forget_hosts(self) -> None: ...
 
+    def host_alive(self, host_id: str) -> bool: ...
+
+    def add_node_hosts(self) -> list[str]: ...
+
+
+READ_FROM = ("leader", "any")
+
+
+def _check_read_from(read_from: Any) -> str:
+    if read_from not in READ_FROM:
+        raise InvalidInput(f"read_from: expected one of {list(READ_FROM)}, got {read_from!r}")
+    return str(read_from)
+
 
 def _value(envelope: Envelope) -> Any:
     ok, value = envelope
@@ -112,7 +128,11 @@ class ClusterDataDir:
     """
 
     def __init__(self, transport: Transport, root: str, *, default_shards: int = 4,
-                 on_shutdown: Callable[[], None] | None = None) -> None:
+                 on_shutdown: Callable[[], None] | None = None,
+                 read_from: str = "leader", default_replicas: int = 1) -> None:
+        self.read_from = _check_read_from(read_from)
+        #: R for databases created without ``replicas=`` (the HTTP server's, for one).
+        self.default_replicas = default_replicas
         self._t = transport
         self.root = root
         self.default_shards = default_shards
@@ -135,7 +155,8 @@ class ClusterDataDir:
         """Whether the hosts' store records write ids for ``Collection.<method>`` (so such
         calls are retried safely)."""
         if method not in self._write_ids:
-            host = self.hosts()[0]["host_id"]
+            hosts = [h["host_id"] for h in self.hosts()]
+            host = next((h for h in hosts if self._t.host_alive(h)), hosts[0])
             self._write_ids[method] = bool(_value(self._t.host(host, "supports_write_ids",
                                                                (method,), True)))
         return self._write_ids[method]
@@ -162,9 +183,15 @@ class ClusterDataDir:
         return list(self._t.catalog("databases"))
 
     def create(self, name: str, dim: int, *, encoder: Any = None, shards: int | None = None,
-               **config: Any) -> ClusterDatabase:
+               replicas: int | None = None, **config: Any) -> ClusterDatabase:
         """Create database ``name`` split in ``shards`` shard files (default
-        :attr:`default_shards`); :class:`~hopmem.errors.AlreadyExists` if it exists."""
+        :attr:`default_shards`); :class:`~hopmem.errors.AlreadyExists` if it exists.
+
+        ``replicas`` (default :attr:`default_replicas`) R >= 2 keeps R copies of each shard on R hosts (on distinct
+        nodes when the cluster has R nodes with hosts): a write is acknowledged
+        once every in-sync copy committed it, and a shard survives the loss of
+        R - 1 of its nodes (see *Failures* in ``docs/scale-out.md``).
+        """
         check_database_name(name)
         if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
             raise InvalidInput(f"dim: expected an integer >= 1, got {dim!r}")
@@ -172,16 +199,31 @@ class ClusterDataDir:
         info = None if encoder is None else EncoderInfo.of(encoder)
         enc = None if info is None else {"name": info.name, "dim": info.dim,
                                          "fingerprint": info.fingerprint}
-        record = self._t.catalog("create_database", name, int(dim), shards, "", enc, config)
+        replicas = self.default_replicas if replicas is None else replicas
+        if replicas == 1:
+            record = self._t.catalog("create_database", name, int(dim), shards, "", enc, config)
+        else:
+            live = [h["host_id"] for h in self.hosts() if self._t.host_alive(h["host_id"])]
+            record = self._t.catalog("create_database", name, int(dim), shards, "", enc, config,
+                                     replicas, live)
+        copies = [(host, i) for i, state in enumerate(record["replication"])
+                  for host in state["replicas"]]
         try:
             calls = [(host, "create_shard", (name, i, int(dim), info, config))
-                     for i, host in enumerate(record["placement"])]
+                     for host, i in copies]
             first = _value(self._t.host_many(calls[:1], True)[0])
             for envelope in self._t.host_many(calls[1:], True):
                 _value(envelope)
+            if replicas > 1:
+                roles = [(host, "become", (name, i, state["epoch"], state["leader"],
+                                           state["replicas"][1:], True))
+                         for i, state in enumerate(record["replication"])
+                         for host in state["replicas"]]
+                for envelope in self._t.host_many(roles, True):
+                    _value(envelope)
         except BaseException:
             self._t.catalog("drop_database", name)
-            for i, host in enumerate(record["placement"]):
+            for host, i in copies:
                 self._t.host(host, "drop_shard", (name, i), True)
             raise
         self._t.catalog("set_created_at", name, first["created_at"])
@@ -221,7 +263,8 @@ class ClusterDataDir:
         except NotFound:
             return False
         self._t.catalog("drop_database", name)
-        calls = [(host, "drop_shard", (name, i)) for i, host in enumerate(record["placement"])]
+        calls = [(host, "drop_shard", (name, i)) for i, state in enumerate(record["replication"])
+                 for host in state["replicas"] if self._t.host_alive(host)]
         for envelope in self._t.host_many(calls, True):
             _value(envelope)
         return True
@@ -239,6 +282,33 @@ class ClusterDataDir:
         if db is not None:
             db.refresh()
         return result
+
+    def shard_states(self, name: str, *, lag: bool = False) -> builtins.list[dict[str, Any]]:
+        """Every shard of database ``name``: ``{shard, leader, replicas, isr, epoch}``, and
+        with ``lag`` each replica's journal entries behind its leader (``lag``: host ->
+        entries, None for a host that is lost or does not answer)."""
+        from .repair import shard_lag
+        states = list(self._t.catalog("database", check_database_name(name))["replication"])
+        if lag:
+            for state in states:
+                state["lag"] = shard_lag(self._t, name, state)
+        return states
+
+    def repair(self) -> builtins.list[dict[str, Any]]:
+        """Restore R in-sync copies of every shard of every replicated database.
+
+        Starts a shard host on each live node that has none, fails over shards
+        whose leader's node is gone, forgets copies on lost hosts, and fills
+        the missing copies (a full copy of the leader's shard) on live hosts,
+        on nodes the shard is not on yet where possible. Returns when every
+        copy it could place is in sync: one ``{database, shard, leader,
+        replicas, isr, epoch, copied}`` per replicated shard.
+        """
+        from .repair import repair
+        out = repair(self._t)
+        for db in self._open.values():
+            db.refresh()
+        return out
 
     def close(self) -> None:
         """Forget the databases opened here (the cluster keeps running)."""
@@ -274,6 +344,7 @@ class ClusterDatabase:
         self._config: MemoryConfig | None = None
         self._closed = False
         self._executor: ThreadPoolExecutor | None = None
+        self._turn = itertools.count()
 
     # -- what the catalog records ----------------------------------------------------------------
 
@@ -305,8 +376,20 @@ class ClusterDatabase:
 
     @property
     def placement(self) -> list[str]:
-        """The host id of each shard, as this client last read it from the catalog."""
+        """The host id of each shard (its leader), as this client last read it from the
+        catalog."""
         return list(self._record["placement"])
+
+    @property
+    def replicas(self) -> int:
+        """R, the number of copies of each shard (1: not replicated)."""
+        return int(self._record.get("replicas", 1))
+
+    @property
+    def replication(self) -> list[dict[str, Any]]:
+        """Each shard's ``{shard, leader, replicas, isr, epoch}``, as last read from the
+        catalog."""
+        return [dict(s) for s in self._record["replication"]]
 
     @property
     def created_at(self) -> str:
@@ -353,9 +436,13 @@ class ClusterDatabase:
         if self._closed:
             raise StoreError(f"database {self.path} is closed")
 
-    def invoke(self, shard: int, method: str, args: tuple[Any, ...], retry: bool) -> Any:
-        """One host call for ``shard``, following the shard if it moved."""
+    def invoke(self, shard: int, method: str, args: tuple[Any, ...], retry: bool,
+               read_from: str | None = None) -> Any:
+        """One host call for ``shard``, following the shard if it moved (or, replicated,
+        its leader; a read with ``read_from="any"`` goes to any in-sync copy)."""
         self._check_open()
+        if self.replicas > 1:
+            return self._invoke_replicated(shard, method, args, retry, read_from)
         t = self._dd.transport
         deadline = time.monotonic() + t.retry_timeout
         while True:
@@ -370,12 +457,53 @@ class ClusterDatabase:
                 continue
             raise exc
 
+    def _invoke_replicated(self, shard: int, method: str, args: tuple[Any, ...], retry: bool,
+                           read_from: str | None) -> Any:
+        t = self._dd.transport
+        deadline = time.monotonic() + t.retry_timeout
+        mode = self._dd.read_from if read_from is None else _check_read_from(read_from)
+        spread = mode == "any" and not mutates(method, args)
+        while True:
+            state = self._record["replication"][shard]
+            host = state["leader"]
+            try:
+                if spread and len(state["isr"]) > 1:
+                    host = state["isr"][next(self._turn) % len(state["isr"])]
+                    ok, value = t.host(host, method, args, retry)
+                else:
+                    ok, value = t.host(host, "lead", (self.name, shard, state["epoch"], method,
+                                                      args), retry)
+            except HostLost as lost:
+                if not retry or time.monotonic() > deadline:
+                    raise
+                if lost.host_id == state["leader"]:
+                    from .repair import fail_over
+                    fail_over(t, self.name, shard, lost.host_id)
+                else:
+                    spread = False  # a lost follower: this read goes to the leader
+                self.refresh()
+                continue
+            if ok:
+                return value
+            exc = unpack_error(value)
+            if isinstance(exc, (NotHere, NotLeader, StaleEpoch)) and \
+                    time.monotonic() < deadline:
+                time.sleep(0.05)
+                self.refresh()
+                continue
+            if isinstance(exc, (NotLeader, StaleEpoch)):
+                raise StoreError(f"shard {shard} of {self.path}: no leader answered for "
+                                 f"{t.retry_timeout:g} s ({exc})") from None
+            raise exc
+
     def _db_call(self, shard: int, method: str, *args: Any, **kwargs: Any) -> Any:
         return self.invoke(shard, "database_call", (self.name, shard, method, args, kwargs), True)
 
     def _every_shard(self, method: str, *args: Any) -> list[Any]:
         """``method`` on every shard's database: one actor call per host."""
         self._check_open()
+        if self.replicas > 1:
+            return [self._db_call(i, method, *args) for i in range(self.shards)]
         calls: list[tuple[str, str, tuple[Any, ...]]] = [(host, "database_call", (self.name, i, method, args, {}))
                  for i, host in enumerate(self._record["placement"])]
         out = []
@@ -528,6 +656,10 @@ class ClusterDatabase:
         """
         if not isinstance(namespace, str) or not namespace:
             raise InvalidInput(f"namespace: expected a non-empty str, got {namespace!r}")
+        if self.replicas > 1:
+            raise NotSupported(f"database {self.name!r} is replicated ({self.replicas} copies): "
+                               f"agent memories are not replicated; keep them in a database "
+                               f"created with replicas=1")
         memory = ClusterAgentMemory(self, namespace, encoder, options)
         memory.open()
         return memory
@@ -658,44 +790,48 @@ class ClusterCollection:
     def mark_closed(self) -> None:
         self._state = self._state or "closed"
 
-    def call(self, method: str, *args: Any, _retry: bool = True, **kwargs: Any) -> Any:
+    def call(self, method: str, *args: Any, _retry: bool = True, _read_from: str | None = None,
+             **kwargs: Any) -> Any:
         """One call of the collection's ``method`` on its host (internal to the cluster)."""
         if self._state == "closed":
             raise StoreError(f"collection {self._name!r} of {self._db.path}: the database is closed")
         if self._state is not None:
             raise NotFound(self._state)
         return self._db.invoke(self._shard, "collection_call",
-                               (self._db.name, self._shard, self._name, method, args, kwargs), _retry)
+                               (self._db.name, self._shard, self._name, method, args, kwargs), _retry,
+                               _read_from)
 
-    def read_group(self, method: str, queries: list[tuple[Any, str]]) -> list[tuple[bool, Any]]:
+    def read_group(self, method: str, queries: list[tuple[Any, str]], *,
+                   read_from: str | None = None) -> list[tuple[bool, Any]]:
         """Several one-query reads (``analyze`` or ``read_scored``) in ONE host call, each
         answered alone: ``(True, result)`` or ``(False, exception)`` per query."""
         out = self._db.invoke(self._shard, "read_group",
-                              (self._db.name, self._shard, self._name, method, queries), True)
+                              (self._db.name, self._shard, self._name, method, queries), True,
+                              read_from)
         return [(ok, value if ok else unpack_error(value)) for ok, value in out]
 
     # -- reads --------------------------------------------------------------------------------------
 
-    def read(self, query: Any, strategy: str = "iterative") -> np.ndarray:
-        return self.call("read", query, strategy)
+    def read(self, query: Any, strategy: str = "iterative", *, read_from: str | None = None) -> np.ndarray:
+        return self.call("read", query, strategy, _read_from=read_from)
 
-    def analyze(self, query: Any, strategy: str = "iterative") -> Any:
-        return self.call("analyze", query, strategy)
+    def analyze(self, query: Any, strategy: str = "iterative", *, read_from: str | None = None) -> Any:
+        return self.call("analyze", query, strategy, _read_from=read_from)
 
-    def read_scored(self, query: Any, strategy: str = "iterative") -> Any:
-        return self.call("read_scored", query, strategy)
+    def read_scored(self, query: Any, strategy: str = "iterative", *, read_from: str | None = None) -> Any:
+        return self.call("read_scored", query, strategy, _read_from=read_from)
 
-    def attention(self, query: Any, scale: float) -> Any:
-        return self.call("attention", query, scale)
+    def attention(self, query: Any, scale: float, *, read_from: str | None = None) -> Any:
+        return self.call("attention", query, scale, _read_from=read_from)
 
     def fingerprint(self) -> np.ndarray | None:
         return self.call("fingerprint")
 
-    def stats(self) -> Any:
-        return self.call("stats")
+    def stats(self, *, read_from: str | None = None) -> Any:
+        return self.call("stats", _read_from=read_from)
 
-    def snapshot(self) -> Any:
-        return self.call("snapshot")
+    def snapshot(self, *, read_from: str | None = None) -> Any:
+        return self.call("snapshot", _read_from=read_from)
 
     @property
     def ids(self) -> np.ndarray:
@@ -767,11 +903,12 @@ class ClusterCollection:
 
     # -- resolution ---------------------------------------------------------------------------------
 
-    def resolve(self, vector: Any, limit: int = 10, mode: str = "exact",
-                **deprecated: Any) -> list[DocumentHit]:
-        """As :meth:`hopmem.store.Collection.resolve` (``n=`` deprecated)."""
+    def resolve(self, vector: Any, limit: int = 10, mode: str = "exact", *,
+                read_from: str | None = None, **deprecated: Any) -> list[DocumentHit]:
+        """As :meth:`hopmem.store.Collection.resolve` (``n=`` deprecated); ``read_from``:
+        ``"leader"`` or ``"any"`` in-sync copy of a replicated shard (default: the client's)."""
         limit = _resolve_limit("Collection.resolve", limit, 10, deprecated)
-        return self.call("resolve", vector, limit, mode)
+        return self.call("resolve", vector, limit, mode, _read_from=read_from)
 
     # -- text: the text layer runs here, over this collection's remote calls -------------------------
 

@@ -33,6 +33,7 @@ from ..errors import InvalidInput, StoreError
 from ..store import Database
 from ..store.datadir import purge_trash_folder
 from ..store.names import check_collection_name, check_database_name
+from .replication import Replication
 from .wire import NotHere, NotOpen
 
 __all__ = ["ShardHost", "shard_file", "agent_file", "COLLECTION_METHODS", "DATABASE_METHODS"]
@@ -76,7 +77,8 @@ def _summary(coll: Any) -> dict[str, Any]:
 class ShardHost:
     """Shard files under ``root``, opened on demand; thread safe (calls run concurrently)."""
 
-    def __init__(self, host_id: str, root: str, **options: Any) -> None:
+    def __init__(self, host_id: str, root: str, replica_timeout: float = 5.0,
+                 **options: Any) -> None:
         self.host_id = host_id
         self.root = os.path.abspath(root)
         os.makedirs(self.root, exist_ok=True)
@@ -87,6 +89,8 @@ class ShardHost:
         self._cond = threading.Condition(threading.RLock())
         self._write_ids: dict[str, bool] = {}
         self._agents: dict[tuple[str, int, str], Any] = {}
+        #: Replicated shards: this host's role in each, and the leader's forwarding.
+        self.replication = Replication(self, timeout=float(replica_timeout))
         logger.info("shard host %s serving %s (pid %d)", host_id, self.root, os.getpid())
 
     # -- about the host -------------------------------------------------------------------------
@@ -410,6 +414,71 @@ class ShardHost:
         if not path.startswith(self.root + os.sep):
             raise InvalidInput(f"path: expected one under the host's root, got {relative!r}")
         return path
+
+    # -- replicated shards (see :mod:`.replication`) -------------------------------------------
+
+    def lead(self, database: str, shard: int, epoch: int, method: str,
+             args: tuple[Any, ...]) -> Any:
+        """A client's call to a replicated shard, run here as its leader at ``epoch``."""
+        return self.replication.lead(database, shard, epoch, method, args)
+
+    def become(self, database: str, shard: int, epoch: int, leader: str, followers: list[str],
+               synced: bool = False) -> None:
+        self.replication.become(database, shard, epoch, leader, followers, synced)
+
+    def catch_up(self, database: str, shard: int, epoch: int, target: str) -> dict[str, Any]:
+        return self.replication.catch_up(database, shard, epoch, target)
+
+    def role(self, database: str, shard: int) -> dict[str, Any] | None:
+        return self.replication.role(database, shard)
+
+    def apply(self, database: str, shard: int, epoch: int, leader: str, method: str,
+              args: tuple[Any, ...]) -> Any:
+        return self.replication.apply(database, shard, epoch, leader, method, args)
+
+    def install(self, database: str, shard: int, epoch: int, leader: str, relative: str) -> None:
+        self.replication.install(database, shard, epoch, leader, relative)
+
+    def receive_chunk(self, relative: str, offset: int, data: bytes) -> int:
+        return self.write_chunk(relative, offset, data)
+
+    def database_for_copy(self, database: str, shard: int) -> Database:
+        return self._database(database, shard)
+
+    def inside(self, relative: str) -> str:
+        return self._inside(relative)
+
+    def replace_shard(self, database: str, shard: int, relative: str) -> None:
+        """Install the transferred copy ``relative`` as this host's file of the shard, in
+        place of the one it holds (if any): calls wait while it is swapped."""
+        key = (database, shard)
+        source = self._inside(relative)
+        path = shard_file(self.root, database, shard)
+        with self._cond:
+            self._frozen.add(key)
+            while self._inflight.get(key):
+                self._cond.wait(1.0)
+        try:
+            with self._cond:
+                db = self._open.pop(key, None)
+            if db is not None:
+                db.close()
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            for side in ("-wal", "-shm", ".lock"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(path + side)
+            with open(source, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(source, path)
+        finally:
+            self.thaw(database, shard)
+        self._database(database, shard)
+
+    def shard_seq(self, database: str, shard: int) -> int:
+        """The shard's journal entries committed, over all its collections (a copy's lag is
+        its leader's count minus its own)."""
+        with self._using(database, shard) as db:
+            return sum(db.get_collection(name).seq for name in db.collections())
 
     def shard_info(self, database: str, shard: int) -> dict[str, Any]:
         with self._using(database, shard) as db:

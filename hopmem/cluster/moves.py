@@ -21,7 +21,7 @@ import logging
 import time
 from typing import Any
 
-from ..errors import InvalidInput
+from ..errors import InvalidInput, NotSupported
 from .wire import unpack_error
 
 __all__ = ["move_shard"]
@@ -50,6 +50,9 @@ def _copy(transport: Any, source: str, target: str, relative: str, size: int) ->
 def move_shard(transport: Any, database: str, shard: int, target: str) -> dict[str, Any]:
     """Move shard ``shard`` of ``database`` to host ``target``; returns what was done."""
     record = transport.catalog("database", database)
+    if record.get("replicas", 1) > 1:
+        raise NotSupported(f"database {database!r} is replicated: its shards' copies change "
+                           f"with repair, not with a move")
     if isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard < record["shards"]:
         raise InvalidInput(f"shard: expected an integer in 0..{record['shards'] - 1}, got {shard!r}")
     hosts = {h["host_id"] for h in transport.catalog("hosts")}

@@ -13,13 +13,33 @@ import importlib
 import pickle
 from typing import Any
 
-__all__ = ["pack_error", "unpack_error", "NotHere", "NotOpen", "Envelope", "answer"]
+from ..errors import StoreError
+
+__all__ = ["pack_error", "unpack_error", "NotHere", "NotOpen", "NotLeader", "StaleEpoch", "HostLost",
+           "Envelope", "answer"]
 
 Envelope = tuple[bool, Any]
 
 
 class NotHere(Exception):
     """A host was asked for a shard it does not hold (moved away, or never placed there)."""
+
+
+class NotLeader(Exception):
+    """A host was asked to lead a replicated shard it does not lead (at that epoch): the
+    client reads the catalog again and follows the leader."""
+
+
+class HostLost(StoreError):
+    """A shard host's node is gone (the client fails over to an in-sync replica)."""
+
+    def __init__(self, host_id: str) -> None:
+        self.host_id = host_id
+        super().__init__(f"host {host_id}: its node is gone")
+
+
+class StaleEpoch(Exception):
+    """A message or a catalog change from an older epoch (a deposed leader): refused."""
 
 
 class NotOpen(Exception):

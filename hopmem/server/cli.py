@@ -116,6 +116,14 @@ def add_subcommands(subparsers: Any) -> None:
                               "hopmem[cluster])")
     serve_p.add_argument("--hosts", type=_positive_int, default=_env("HOPMEM_RAY_HOSTS", 2, int),
                          help="shard hosts of --ray local (env HOPMEM_RAY_HOSTS; default 2)")
+    serve_p.add_argument("--replicas", type=_positive_int,
+                         default=_env("HOPMEM_RAY_REPLICAS", 1, int),
+                         help="--ray: copies of each shard of the databases the server creates "
+                              "(env HOPMEM_RAY_REPLICAS; default 1)")
+    serve_p.add_argument("--read-from", choices=("leader", "any"),
+                         default=_env("HOPMEM_RAY_READ_FROM", "leader"),
+                         help="--ray: reads of replicated shards from their leader or any "
+                              "in-sync copy (env HOPMEM_RAY_READ_FROM; default leader)")
     serve_p.set_defaults(func=serve)
 
     keys_p = subparsers.add_parser(
@@ -251,6 +259,8 @@ def _open_cluster(args: argparse.Namespace, data_dir: str) -> Any:
     else:
         cluster = hc.connect(args.ray, root=data_dir)
     cluster.root = os.path.abspath(data_dir)
+    cluster.default_replicas = args.replicas
+    cluster.read_from = args.read_from
     return cluster
 
 

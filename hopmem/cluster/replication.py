@@ -1,0 +1,338 @@
+"""Replicated shards on the hosts: the leader applies, forwards, and acknowledges.
+
+A replicated shard has R copies on R hosts. The leader of a shard applies
+each mutation (a write, a compression, a delete, a collection created or
+dropped, a setting), commits it, then forwards the same call, with the epoch
+and the write id it carries, to every in-sync follower and waits for each to
+commit it. Mutations of one shard hold the shard's lock from the local commit
+to the last follower's answer, so followers apply them in the leader's order;
+the engine and the store are deterministic, so a follower's memory equals the
+leader's bit for bit.
+
+A follower that fails to answer (its node is gone, it timed out, it refused)
+is taken out of the in-sync set in the catalog (a compare-and-set on the
+epoch) BEFORE the write is acknowledged without it. If that change is refused
+(the catalog has a newer epoch: this leader was deposed) the write is not
+acknowledged: a deposed leader cannot acknowledge anything. Followers refuse
+messages from an epoch older than the newest they know, and a host refuses to
+lead at an epoch the catalog does not give it.
+
+A follower is (re)filled by a full copy of the leader's shard (SQLite's online
+backup, sent in chunks through Ray's object store as a move does) while the
+leader holds the shard's lock; it then joins the in-sync set. A leader that
+took a follower out of the in-sync set keeps trying, in the background, to
+catch it up this way once it answers again (a restarted process, a node
+back); ``repair`` does it for copies on lost hosts.
+
+Plain Python: the host actor gives :class:`Replication` its peers (calls to
+other hosts and to the catalog) as a :class:`Peers` object.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..errors import InvalidInput, StoreError
+from .wire import Envelope, NotHere, NotLeader, StaleEpoch, unpack_error
+
+__all__ = ["Replication", "Peers", "mutates", "REPLICATED_METHODS"]
+
+logger = logging.getLogger("hopmem.cluster")
+
+#: The host methods a client may call on a replicated shard's leader through ``lead``.
+REPLICATED_METHODS = frozenset({"collection_call", "database_call", "read_group", "shard_info"})
+_COLLECTION_MUTATIONS = frozenset({"write", "compress", "documents.delete"})
+_DATABASE_MUTATIONS = frozenset({"collection", "drop_collection"})
+_CHUNK = 8 << 20
+#: How long a leader keeps trying to catch up a copy that left the in-sync set on its own.
+REJOIN_SECONDS = 600.0
+
+
+def mutates(method: str, args: tuple[Any, ...]) -> bool:
+    """Whether host call ``method(*args)`` changes a shard's state (so it is replicated)."""
+    if method == "collection_call":
+        name = args[3]
+        return name in _COLLECTION_MUTATIONS or str(name).startswith("set:")
+    if method == "database_call":
+        return args[2] in _DATABASE_MUTATIONS
+    return False
+
+
+class Peers(Protocol):
+    """What a host reaches outside itself: other hosts' replication calls, and the catalog."""
+
+    def replicate(self, host_id: str, method: str, args: tuple[Any, ...],
+                  timeout: float) -> Envelope: ...
+
+    def catalog(self, method: str, *args: Any) -> Any: ...
+
+
+@dataclass
+class Role:
+    """What this host knows of one replicated shard: its epoch, leader and followers."""
+
+    epoch: int
+    leader: str
+    followers: list[str] = field(default_factory=list)
+    #: Followers may miss the last writes (leadership taken over): refill them first.
+    unsynced: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class Replication:
+    """The replication side of a shard host (``host``: a :class:`~.host.ShardHost`)."""
+
+    def __init__(self, host: Any, timeout: float = 5.0) -> None:
+        self.host = host
+        self.peers: Peers | None = None
+        self.timeout = timeout
+        self._roles: dict[tuple[str, int], Role] = {}
+        self._guard = threading.Lock()
+
+    @property
+    def me(self) -> str:
+        return str(self.host.host_id)
+
+    def _peers(self) -> Peers:
+        if self.peers is None:
+            raise StoreError(f"host {self.me}: no peers (not running in a cluster)")
+        return self.peers
+
+    # -- roles --------------------------------------------------------------------------------
+
+    def _role_from_catalog(self, database: str, shard: int) -> Role:
+        """This host's role for the shard, as the catalog has it now (recorded here)."""
+        state = self._peers().catalog("shard_state", database, shard)
+        key = (database, shard)
+        with self._guard:
+            old = self._roles.get(key)
+            if old is not None and old.epoch > state["epoch"]:
+                raise StaleEpoch(f"shard {shard} of {database!r}: the catalog's epoch "
+                                 f"{state['epoch']} is older than {old.epoch}")
+            if old is not None and old.epoch == state["epoch"] and old.leader == state["leader"]:
+                return old
+            followers = [h for h in state["isr"] if h != state["leader"]]
+            role = Role(state["epoch"], state["leader"], followers if state["leader"] == self.me
+                        else [], unsynced=bool(followers) and state["leader"] == self.me)
+            if old is not None:
+                role.lock = old.lock
+            self._roles[key] = role
+            return role
+
+    def become(self, database: str, shard: int, epoch: int, leader: str,
+               followers: list[str], synced: bool) -> None:
+        """Take role ``leader``/``followers`` at ``epoch`` (a new shard: ``synced``)."""
+        key = (database, shard)
+        with self._guard:
+            old = self._roles.get(key)
+            if old is not None and old.epoch > epoch:
+                raise StaleEpoch(f"shard {shard} of {database!r}: epoch {epoch} is older than "
+                                 f"{old.epoch}")
+            role = Role(epoch, leader, list(followers) if leader == self.me else [],
+                        unsynced=not synced and leader == self.me and bool(followers))
+            if old is not None:
+                role.lock = old.lock
+            self._roles[key] = role
+
+    def role(self, database: str, shard: int) -> dict[str, Any] | None:
+        """``{epoch, leader, followers}`` as this host knows it, or None."""
+        role = self._roles.get((database, shard))
+        if role is None:
+            return None
+        return {"epoch": role.epoch, "leader": role.leader, "followers": list(role.followers)}
+
+    def _leading(self, database: str, shard: int, epoch: int) -> Role:
+        role = self._roles.get((database, shard))
+        if role is None or role.epoch < epoch:
+            role = self._role_from_catalog(database, shard)
+        if role.leader != self.me or role.epoch != epoch:
+            raise NotLeader(f"host {self.me} does not lead shard {shard} of {database!r} at "
+                            f"epoch {epoch} (it knows {role.leader} at epoch {role.epoch})")
+        return role
+
+    # -- the leader ---------------------------------------------------------------------------
+
+    def lead(self, database: str, shard: int, epoch: int, method: str,
+             args: tuple[Any, ...]) -> Any:
+        """Run host call ``method(*args)`` as the shard's leader at ``epoch``; a mutation is
+        committed here and on every in-sync follower (or they leave the in-sync set) first."""
+        if method not in REPLICATED_METHODS:
+            raise InvalidInput(f"method: expected one of {sorted(REPLICATED_METHODS)}, got "
+                               f"{method!r}")
+        call: Callable[..., Any] = getattr(self.host, method)
+        role = self._leading(database, shard, epoch)
+        if not mutates(method, args):
+            return call(*args)
+        with role.lock:
+            role = self._leading(database, shard, epoch)
+            if role.unsynced:
+                self._refill_all(database, shard, role)
+            result = call(*args)
+            self._forward(database, shard, role, "apply", (method, args))
+            return result
+
+    def _forward(self, database: str, shard: int, role: Role, method: str,
+                 args: tuple[Any, ...]) -> None:
+        """Send ``method(database, shard, epoch, leader, *args)`` to every follower; the ones
+        that fail leave the in-sync set (in the catalog) before this returns."""
+        peers = self._peers()
+        failed: list[str] = []
+        for follower in list(role.followers):
+            ok, value = peers.replicate(follower, method, (database, shard, role.epoch, self.me,
+                                                           *args), self.timeout)
+            if not ok:
+                exc = unpack_error(value)
+                logger.warning("shard %d of %r: follower %s failed (%s: %s)", shard, database,
+                               follower, type(exc).__name__, exc)
+                failed.append(follower)
+        if failed:
+            self._shrink(database, shard, role, failed)
+
+    def _shrink(self, database: str, shard: int, role: Role, failed: list[str]) -> None:
+        try:
+            state = self._peers().catalog("shrink_isr", database, shard, role.epoch, self.me,
+                                          failed)
+        except StaleEpoch as exc:
+            raise NotLeader(f"host {self.me} was deposed as leader of shard {shard} of "
+                            f"{database!r}: {exc}") from None
+        role.followers = [h for h in state["isr"] if h != self.me]
+        for host in failed:
+            threading.Thread(target=self._rejoin, args=(database, shard, role.epoch, host),
+                             name=f"hopmem-rejoin-{host}", daemon=True).start()
+
+    def _rejoin(self, database: str, shard: int, epoch: int, host: str) -> None:
+        """In the background: catch ``host`` up (a full copy) once it answers again, e.g. after
+        its process restarted, while this host leads at ``epoch`` and ``host`` is still one of
+        the shard's replicas out of sync; gives up after ``REJOIN_SECONDS``."""
+        deadline = time.monotonic() + REJOIN_SECONDS
+        delay = 1.0
+        while time.monotonic() < deadline:
+            time.sleep(delay)
+            delay = min(2 * delay, 15.0)
+            try:
+                state = self._peers().catalog("shard_state", database, shard)
+                if state["epoch"] != epoch or state["leader"] != self.me \
+                        or host not in state["replicas"] or host in state["isr"]:
+                    return
+                ok, _ = self._peers().replicate(host, "pid", (), self.timeout)
+                if ok:
+                    self.catch_up(database, shard, epoch, host)
+                    return
+            except Exception as exc:  # noqa: BLE001 - tried again until the deadline
+                logger.info("shard %d of %r: %s not caught up yet (%s)", shard, database, host,
+                            exc)
+
+    def _refill_all(self, database: str, shard: int, role: Role) -> None:
+        """After taking over leadership: copy this shard to every follower (they may lack or
+        hold a write this host does not); the ones that fail leave the in-sync set."""
+        failed = []
+        for follower in list(role.followers):
+            try:
+                self._copy_to(database, shard, role, follower)
+            except Exception as exc:  # noqa: BLE001 - a follower that cannot be refilled leaves
+                logger.warning("shard %d of %r: refilling %s failed (%s)", shard, database,
+                               follower, exc)
+                failed.append(follower)
+        if failed:
+            self._shrink(database, shard, role, failed)
+        role.unsynced = False
+
+    def _copy_to(self, database: str, shard: int, role: Role, target: str) -> int:
+        """Copy this shard's file to ``target`` and make it a follower there (caller holds the
+        shard's lock, so no write runs meanwhile). Returns the bytes copied."""
+        peers = self._peers()
+        relative = f".replicas/{database}-{shard:04d}-e{role.epoch}-{target}.hopmem"
+        db = self.host.database_for_copy(database, shard)
+        db.checkpoint()
+        path = self.host.inside(relative)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        db.backup(path, overwrite=True)
+        try:
+            size = os.path.getsize(path)
+            offset = 0
+            with open(path, "rb") as f:
+                while True:
+                    data = f.read(_CHUNK)
+                    if not data and offset:
+                        break
+                    _check(peers.replicate(target, "receive_chunk",
+                                           (relative, offset, data), 4 * self.timeout))
+                    offset += len(data)
+                    if not data:
+                        break
+            _check(peers.replicate(target, "install", (database, shard, role.epoch, self.me,
+                                                       relative), 4 * self.timeout))
+        finally:
+            with contextlib.suppress(OSError):
+                os.remove(path)
+        return size
+
+    def catch_up(self, database: str, shard: int, epoch: int, target: str) -> dict[str, Any]:
+        """Fill ``target`` with a full copy of this shard and add it to the in-sync set
+        (repair's step). Returns the shard's state."""
+        role = self._leading(database, shard, epoch)
+        with role.lock:
+            role = self._leading(database, shard, epoch)
+            if role.unsynced:
+                self._refill_all(database, shard, role)
+            size = self._copy_to(database, shard, role, target)
+            try:
+                state: dict[str, Any] = self._peers().catalog(
+                    "expand_isr", database, shard, epoch, self.me, target)
+            except StaleEpoch as exc:
+                raise NotLeader(str(exc)) from None
+            role.followers = [h for h in state["isr"] if h != self.me]
+        logger.info("shard %d of %r: %s caught up (%d bytes)", shard, database, target, size)
+        return {**state, "bytes": size}
+
+    # -- the follower -------------------------------------------------------------------------
+
+    def _following(self, database: str, shard: int, epoch: int, leader: str) -> Role:
+        """The role for a message from ``leader`` at ``epoch``; StaleEpoch if older."""
+        key = (database, shard)
+        with self._guard:
+            role = self._roles.get(key)
+            if role is not None and (role.epoch > epoch or
+                                     (role.epoch == epoch and role.leader != leader)):
+                raise StaleEpoch(f"host {self.me}: shard {shard} of {database!r} is at epoch "
+                                 f"{role.epoch} (leader {role.leader}); refused a message of "
+                                 f"epoch {epoch} from {leader}")
+            if role is None or role.epoch < epoch:
+                new = Role(epoch, leader)
+                if role is not None:
+                    new.lock = role.lock
+                role = self._roles[key] = new
+            return role
+
+    def apply(self, database: str, shard: int, epoch: int, leader: str, method: str,
+              args: tuple[Any, ...]) -> Any:
+        """A follower's side of a forwarded mutation: applied in the order it arrives."""
+        role = self._following(database, shard, epoch, leader)
+        with role.lock:
+            self._following(database, shard, epoch, leader)
+            return getattr(self.host, method)(*args)
+
+    def install(self, database: str, shard: int, epoch: int, leader: str,
+                relative: str) -> None:
+        """Replace this host's copy of the shard with the leader's copy ``relative``."""
+        role = self._following(database, shard, epoch, leader)
+        with role.lock:
+            self._following(database, shard, epoch, leader)
+            self.host.replace_shard(database, shard, relative)
+
+
+def _check(envelope: Envelope) -> Any:
+    ok, value = envelope
+    if ok:
+        return value
+    exc = unpack_error(value)
+    if isinstance(exc, NotHere):
+        raise StoreError(str(exc))
+    raise exc
