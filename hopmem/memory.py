@@ -278,6 +278,9 @@ class _NativeEngine:
         return n > self._k.WRITE_CHUNK
 
     def write(self, state: State, cfg, X: np.ndarray):
+        if cfg.config.activation == "approximate":
+            with _blas_threads():  # the index assigns rows with BLAS: pinned, as batched reads
+                return self._k.write(state, cfg, X)
         return self._k.write(state, cfg, X)
 
     def state_replaced(self, state: State) -> None:
@@ -295,7 +298,8 @@ class _NativeEngine:
             if state.index_pending:
                 try:
                     if cfg.config.activation == "approximate":
-                        self._k.approximate_index(state, cfg.k)
+                        with _blas_threads():
+                            self._k.approximate_index(state, cfg.k)
                     else:
                         self._k.maintain_index(state, cfg.k)
                 except MemoryError:  # derived data: a read never fails for it, it scans
@@ -342,7 +346,7 @@ _INDEX_BUILD = threading.Lock()
 
 
 def _blas_threads():
-    """Pin BLAS (used by batched reads only) to HOPMEM_BLAS_THREADS threads, default 1.
+    """Pin BLAS (batched reads, an approximate index's fits) to HOPMEM_BLAS_THREADS threads, default 1.
 
     Thread pools are unpredictable on small shared machines; single-query reads
     never touch BLAS. Set HOPMEM_BLAS_THREADS=0 to leave BLAS as configured.
