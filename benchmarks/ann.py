@@ -27,8 +27,9 @@ query so that load on a shared machine hits them alike.
 Datasets (d = 384, unit rows): ``clustered`` (1,000 centres, cos ~0.74 to
 the centre, as ``benchmarks/peers.py``), ``diffuse`` (N / 100 centres,
 cos ~0.64 to the centre), ``minilm`` (all-MiniLM-L6-v2 embeddings of every
-text in ``benchmarks/data/agent_eval``: a few thousand, so N is capped
-there). Queries are drawn from the same distribution, not stored patterns
+text in ``benchmarks/data/agent_eval`` and in the JSON files of each
+``--texts`` folder, such as a LoCoMo download: tens of thousands at most, so
+N is capped there). Queries are drawn from the same distribution, not stored patterns
 (``minilm``: held-out texts).
 
 ``--smoke``: 6,000 patterns, a short sweep, every peer that is installed: the
@@ -75,8 +76,8 @@ def _around(centres: int, n: int, d: int, noise: float, rng: np.random.Generator
     return out
 
 
-def agent_eval_texts(root: Path) -> list[str]:
-    """Every distinct string of the agent-eval data (messages, questions, answers)."""
+def corpus_texts(roots: list[Path]) -> list[str]:
+    """Every distinct string (12 characters or more) of the JSON files under ``roots``."""
     seen: dict[str, None] = {}
 
     def walk(x: Any) -> None:
@@ -91,12 +92,14 @@ def agent_eval_texts(root: Path) -> list[str]:
             for v in x:
                 walk(v)
 
-    for path in sorted(root.glob("*.json")):
-        walk(json.loads(path.read_text()))
+    for root in roots:
+        for path in sorted(root.rglob("*.json")):
+            walk(json.loads(path.read_text(encoding="utf-8")))
     return list(seen)
 
 
-def dataset(name: str, n: int, nq: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def dataset(name: str, n: int, nq: int, seed: int, texts: list[Path] | None = None
+            ) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     if name == "clustered":
         X = _around(1000, n + nq, DIM, 0.9 / math.sqrt(DIM), rng)
@@ -104,10 +107,9 @@ def dataset(name: str, n: int, nq: int, seed: int) -> tuple[np.ndarray, np.ndarr
         X = _around(max(n // 100, 1), n + nq, DIM, 1.2 / math.sqrt(DIM), rng)
     elif name == "minilm":
         from hopmem.encoders import default_encoder
-        texts = agent_eval_texts(Path(__file__).parent / "data" / "agent_eval")
-        rng.shuffle(texts)  # type: ignore[arg-type]
-        texts = texts[: n + nq]
-        X = _unit(default_encoder().encode(texts))
+        corpus = corpus_texts([Path(__file__).parent / "data" / "agent_eval", *(texts or [])])
+        order = rng.permutation(len(corpus))[: n + nq]
+        X = _unit(default_encoder().encode([corpus[i] for i in order]))
     else:
         raise SystemExit(f"unknown dataset {name!r}")
     return np.ascontiguousarray(X[nq:]), np.ascontiguousarray(X[:nq])
@@ -229,7 +231,7 @@ def recall(got: np.ndarray, want: np.ndarray) -> float:
 
 def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
     set_threads(1)
-    X, Q = dataset(args.dataset, args.n, args.queries, args.seed)
+    X, Q = dataset(args.dataset, args.n, args.queries, args.seed, args.texts)
     n, nq = X.shape[0], Q.shape[0]
     out: dict[str, Any] = {"dataset": args.dataset, "n": n, "queries": nq, "dim": DIM, "k": K,
                            "machine": args.machine}
@@ -368,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--peers", default="hnswlib,faiss-ivf,faiss-hnsw")
     ap.add_argument("--build-threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--texts", type=Path, action="append",
+                    help="minilm: a folder of JSON files whose strings join the agent-eval texts")
     ap.add_argument("--machine", default="")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--plot", type=Path)

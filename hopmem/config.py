@@ -17,7 +17,7 @@ __all__ = ["MemoryConfig", "MEMORY_MODES"]
 MEMORY_MODES = ("competitive", "plain")
 ACTIVATIONS = ("exact", "compact", "approximate")
 #: Groups of the location index an approximate read probes unless told otherwise.
-DEFAULT_PROBE = 32
+DEFAULT_PROBE = 8
 
 
 @dataclass(frozen=True)

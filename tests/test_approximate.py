@@ -247,3 +247,24 @@ def test_a_store_collection_reads_approximately_after_reopening(tmp_path):
         assert coll.config.activation == "approximate"
         assert coll._memory._state.index is not None or len(coll._memory) < 512
         assert coll.read(X[:10]).tobytes() == after.tobytes()
+
+
+def test_indexed_resolution_reads_the_approximate_activation(tmp_path):
+    """A collection's indexed resolution takes the documents posted on the locations
+    its approximate read activates; deleted documents stay out."""
+    rng = np.random.default_rng(8)
+    X = clustered(rng, 1500, 16, 20, 0.3)
+    with hopmem.open(tmp_path / "docs.db", dim=16, mode="plain", k=10,
+                     activation="approximate", probe=2) as db:
+        coll = db.collection("c")
+        coll.write(X, metadata=list(range(1500)))
+        for i in (0, 700, 1499):
+            hits = coll.resolve(X[i], limit=3, mode="indexed")
+            assert hits[0].id == i + 1 and hits[0].metadata == i
+            assert hits[0].similarity == pytest.approx(1.0, abs=1e-6)
+        assert coll.documents.delete(701)
+        hits = coll.resolve(X[700], limit=5, mode="indexed")
+        assert 701 not in {h.id for h in hits}
+        exact = {h.id for h in coll.resolve(X[3], limit=5, mode="exact")}
+        indexed = {h.id for h in coll.resolve(X[3], limit=5, mode="indexed")}
+        assert indexed <= set(range(1, 1501)) and len(indexed & exact) >= 3
