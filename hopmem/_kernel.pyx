@@ -120,7 +120,8 @@ cdef extern from "hopmem_kernel.h" nogil:
     int64_t hm_attention(const hm_state *s, const hm_config *c, const float *q, double scale,
                          float *result, int64_t *rows, double *sims, double *weights)
     int64_t hm_index_groups(int64_t rows)
-    int hm_index_build(hm_state *s, int64_t iterations, int64_t k, double max_visits,
+    int hm_index_build(hm_state *s, int64_t iterations, int64_t per_group, int64_t k,
+                       double max_visits,
                        double *visits)
     void hm_index_refresh(hm_state *s)
     void hm_index_extend(hm_state *s, int64_t frm)
@@ -297,6 +298,11 @@ def note_change(state):
 
 
 INDEX_MIN_ROWS = 512  # hm_index_groups' minimum: no index below it
+# An approximate memory's index decides which rows a read sees, so it is fitted
+# harder than the exact one (which only prunes): rounds of spherical k-means, on
+# this many sample rows a group (hopmem/_reference.py fits it the same way).
+APPROX_INDEX_ITERATIONS = 10
+APPROX_INDEX_SAMPLE = 32
 
 
 def approximate_index_rows(int64_t rows):
@@ -328,7 +334,7 @@ def approximate_index(state, k):
     cdef hm_state s
     cdef int rc
     cdef double visits = 1.0
-    cdef int64_t iterations = INDEX_ITERATIONS
+    cdef int64_t iterations = APPROX_INDEX_ITERATIONS, per_group = APPROX_INDEX_SAMPLE
     index = state.index
     if fit == 0:
         state.index = None
@@ -345,7 +351,7 @@ def approximate_index(state, k):
     _view_index(fresh, &s)
     s.size = fit
     with nogil:
-        rc = hm_index_build(&s, iterations, 1, 1e300, &visits)
+        rc = hm_index_build(&s, iterations, per_group, 1, 1e300, &visits)
         if rc == 0 and s.groups > 0:
             s.size = rows
             hm_index_extend(&s, fit)
@@ -395,7 +401,7 @@ def maintain_index(state, k=None, *, groups=None, force=False):
     _view_index(fresh, &s)
     cdef double max_visits = 1e300 if force else INDEX_MAX_VISITS
     with nogil:
-        rc = hm_index_build(&s, iterations, kk, max_visits, &visits)
+        rc = hm_index_build(&s, iterations, 8, kk, max_visits, &visits)
     if rc == 0 and s.groups > 0:
         fresh.visits = visits
         fresh.useful = force or visits <= INDEX_MAX_VISITS

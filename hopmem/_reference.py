@@ -104,7 +104,8 @@ def activate(state: State, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarra
 # -- approximate activation (an inverted-file probe of the location index) --------
 
 INDEX_MIN_ROWS = 512
-INDEX_ITERATIONS = 2
+INDEX_ITERATIONS = 10  # rounds of spherical k-means (the kernel's APPROX_INDEX_ITERATIONS)
+INDEX_SAMPLE = 32      # sample rows a group (APPROX_INDEX_SAMPLE)
 
 
 def index_groups(rows: int) -> int:
@@ -134,7 +135,7 @@ def approximate_index(state: State) -> tuple[np.ndarray, np.ndarray]:
     group_of)`` (float32 ``(G, d)``, each row's group), or empty arrays below
     512 rows.
 
-    Spherical k-means (``INDEX_ITERATIONS`` rounds) on 8 rows a group, evenly
+    Spherical k-means (``INDEX_ITERATIONS`` rounds) on ``INDEX_SAMPLE`` rows a group, evenly
     spaced over the first T = ``approximate_index_rows(L)`` rows (all T when
     that is fewer), seeded with evenly spaced rows of those; then every row
     joins its nearest centroid, as the kernel's writes add rows after T.
@@ -145,7 +146,7 @@ def approximate_index(state: State) -> tuple[np.ndarray, np.ndarray]:
         return np.zeros((0, state.dim), np.float32), np.zeros(0, np.int64)
     groups = index_groups(fit)
     addresses = state.addresses[:L]
-    ns = 8 * groups
+    ns = INDEX_SAMPLE * groups
     sample = addresses[(np.arange(ns) * fit) // ns] if ns < fit else addresses[:fit]
     n = sample.shape[0]
     centroids = sample[(np.arange(groups) * n) // groups].astype(np.float64)

@@ -969,8 +969,8 @@ static int index_fit(hm_state *s, int64_t iterations, int seeded) {
     return HM_OK;
 }
 
-int hm_index_build(hm_state *s, int64_t iterations, int64_t k, double max_visits,
-                   double *visits) {
+int hm_index_build(hm_state *s, int64_t iterations, int64_t per_group, int64_t k,
+                   double max_visits, double *visits) {
     int64_t G = s->groups, d = s->dim, L = s->size;
     *visits = 1.0;
     if (G <= 0 || G > L) { s->groups = 0; return HM_OK; }
@@ -978,7 +978,7 @@ int hm_index_build(hm_state *s, int64_t iterations, int64_t k, double max_visits
      * where the index is first judged (k scaled to the sample's density), so
      * a memory it would not help costs a small fraction of a full build: the
      * full assignment, L x G dots, only follows a promising judgement. */
-    int64_t ns = 8 * G;
+    int64_t ns = per_group * G;
     if (ns < L) {
         hm_state t = *s;
         t.size = t.capacity = ns;

@@ -201,8 +201,8 @@ int64_t hm_index_groups(int64_t rows);
  * queries. When a first judgement on a sample already exceeds max_visits the
  * full build is skipped (the arrays are then not an index: do not use them).
  * HM_ERR_NOMEM if scratch allocation fails (then s->groups is set to 0). */
-int hm_index_build(hm_state *s, int64_t iterations, int64_t k, double max_visits,
-                   double *visits);
+int hm_index_build(hm_state *s, int64_t iterations, int64_t per_group, int64_t k,
+                   double max_visits, double *visits);
 
 /* Rebuild the members lists from group_of over the current rows (after rows
  * were truncated or restored in place to addresses within their radius). */
