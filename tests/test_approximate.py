@@ -237,7 +237,7 @@ def test_a_store_collection_reads_approximately_after_reopening(tmp_path):
     with hopmem.open(path, dim=16, mode="plain", k=5, activation="approximate", probe=2) as db:
         coll = db.collection("c")
         coll.write(X)
-        before = coll.read(X[:10])
+        assert coll.read(X[:10]).shape == (10, 16)
         assert coll.config.activation == "approximate" and coll.config.probe == 2
         coll.checkpoint()
         coll.write(X[:50] + 0.01)  # replayed from the journal on open
