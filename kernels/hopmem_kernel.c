@@ -974,10 +974,11 @@ int hm_index_build(hm_state *s, int64_t iterations, int64_t per_group, int64_t k
     int64_t G = s->groups, d = s->dim, L = s->size;
     *visits = 1.0;
     if (G <= 0 || G > L) { s->groups = 0; return HM_OK; }
-    /* The centroids are fitted on a sample of 8 rows a group, which is also
-     * where the index is first judged (k scaled to the sample's density), so
-     * a memory it would not help costs a small fraction of a full build: the
-     * full assignment, L x G dots, only follows a promising judgement. */
+    /* The centroids are fitted on a sample of per_group rows a group (8 for
+     * the pruning index), which is also where the index is first judged (k
+     * scaled to the sample's density), so a memory it would not help costs a
+     * small fraction of a full build: the full assignment, L x G dots, only
+     * follows a promising judgement. */
     int64_t ns = per_group * G;
     if (ns < L) {
         hm_state t = *s;
@@ -1231,16 +1232,13 @@ HM_INLINE void heap_push(float *heap, int64_t k, int64_t *n, float v) {
     heap[i] = v;
 }
 
-/* Score the rows of group g against q (their scores into a->scores), keep
- * the k best scores seen in the min-heap a->top, and list g as visited in
- * a->cand. Returns the group's rows. */
-HM_INLINE int64_t visit_group(const hm_state *s, int64_t g, int64_t k, const float *q,
-                              act_scratch *a, int64_t *have) {
-    int64_t d = s->dim;
-    a->cand[a->nvis++] = g;
-    float *sc = a->scores, *heap = a->top;
-    const int64_t *m = s->members + s->start[g], n = s->start[g + 1] - s->start[g];
-    int64_t j = 0;
+/* Score the n rows m[0 .. n) against q, four at a time with the scan's own
+ * lanes, pushing each score into the min-heap of the k best seen; each score
+ * goes to by_row[row] (by_row non-NULL) or to the next pair of *pairs. */
+HM_INLINE void score_members(const hm_state *s, const int64_t *m, int64_t n, const float *q,
+                             float *by_row, hm_pair **pairs, float *heap, int64_t k,
+                             int64_t *have) {
+    int64_t d = s->dim, j = 0;
     float four[4];
     for (; j + 4 <= n; j += 4) {
         if (j + 8 <= n)  /* the rows are scattered: ask for the next four whole */
@@ -1251,13 +1249,28 @@ HM_INLINE int64_t visit_group(const hm_state *s, int64_t g, int64_t k, const flo
             }
         dot4p(s->addresses + m[j] * d, s->addresses + m[j + 1] * d,
               s->addresses + m[j + 2] * d, s->addresses + m[j + 3] * d, d, q, four, 1, NULL);
-        for (int u = 0; u < 4; u++) { sc[m[j + u]] = four[u]; heap_push(heap, k, have, four[u]); }
+        for (int u = 0; u < 4; u++) {
+            if (by_row) by_row[m[j + u]] = four[u];
+            else { (*pairs)->v = four[u]; (*pairs)->r = m[j + u]; (*pairs)++; }
+            heap_push(heap, k, have, four[u]);
+        }
     }
     for (; j < n; j++) {
         float v = dot1(s->addresses + m[j] * d, d, q);
-        sc[m[j]] = v;
+        if (by_row) by_row[m[j]] = v;
+        else { (*pairs)->v = v; (*pairs)->r = m[j]; (*pairs)++; }
         heap_push(heap, k, have, v);
     }
+}
+
+/* Score the rows of group g against q (their scores into a->scores), keep
+ * the k best scores seen in the min-heap a->top, and list g as visited in
+ * a->cand. Returns the group's rows. */
+HM_INLINE int64_t visit_group(const hm_state *s, int64_t g, int64_t k, const float *q,
+                              act_scratch *a, int64_t *have) {
+    a->cand[a->nvis++] = g;
+    const int64_t *m = s->members + s->start[g], n = s->start[g + 1] - s->start[g];
+    score_members(s, m, n, q, a->scores, NULL, a->top, k, have);
     return n;
 }
 
@@ -1404,31 +1417,10 @@ HM_INLINE int64_t activate_approx(const hm_state *s, int64_t k, int64_t probe, c
     for (int64_t t = 0; t < ng; t++) {
         int64_t g = order[t].r;
         if (have == k && (double)gs[g] + s->radius[g] + slack < (double)heap[0]) continue;
-        const int64_t *m = s->members + s->start[g], n = s->start[g + 1] - s->start[g];
-        int64_t j = 0;
-        float four[4];
-        for (; j + 4 <= n; j += 4) {
-            if (j + 8 <= n)  /* the rows are scattered: ask for the next four whole */
-                for (int u = 4; u < 8; u++) {
-                    const char *row = (const char *)(s->addresses + m[j + u] * d);
-                    for (int64_t b = 0; b < d * (int64_t)sizeof(float); b += 64)
-                        HM_PREFETCH(row + b);
-                }
-            dot4p(s->addresses + m[j] * d, s->addresses + m[j + 1] * d,
-                  s->addresses + m[j + 2] * d, s->addresses + m[j + 3] * d, d, q, four, 1,
-                  NULL);
-            for (int u = 0; u < 4; u++) {
-                cand[nc].v = four[u];
-                cand[nc++].r = m[j + u];
-                heap_push(heap, k, &have, four[u]);
-            }
-        }
-        for (; j < n; j++) {
-            float v = dot1(s->addresses + m[j] * d, d, q);
-            cand[nc].v = v;
-            cand[nc++].r = m[j];
-            heap_push(heap, k, &have, v);
-        }
+        hm_pair *next = cand + nc;
+        score_members(s, s->members + s->start[g], s->start[g + 1] - s->start[g], q, NULL,
+                      &next, heap, k, &have);
+        nc = next - cand;
     }
     /* Every row of the top k scores at least the heap's k-th best: sort those only. */
     float kth = heap[0];

@@ -200,7 +200,9 @@ int64_t hm_index_groups(int64_t rows);
  * centroids) an activation with this k would score, estimated on rows used as
  * queries. When a first judgement on a sample already exceeds max_visits the
  * full build is skipped (the arrays are then not an index: do not use them).
- * HM_ERR_NOMEM if scratch allocation fails (then s->groups is set to 0). */
+ * HM_ERR_NOMEM if scratch allocation fails (then s->groups is set to 0). The
+ * centroids come from `iterations` rounds of spherical k-means on `per_group`
+ * evenly spaced sample rows a group (all rows when that is as many). */
 int hm_index_build(hm_state *s, int64_t iterations, int64_t per_group, int64_t k,
                    double max_visits, double *visits);
 
