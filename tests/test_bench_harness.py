@@ -57,6 +57,8 @@ def test_the_kernel_ab_runs_a_build_against_itself(capsys):
 
 def test_the_ann_benchmark_runs_end_to_end(tmp_path):
     """benchmarks/ann.py --smoke: every figure it reports is there and in range."""
+    pytest.importorskip("faiss")  # the bench extra
+    pytest.importorskip("matplotlib")
     from benchmarks import ann
     out = tmp_path / "ann.json"
     assert ann.main(["--smoke", "--peers", "faiss-ivf", "--out", str(out),
