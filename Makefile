@@ -181,6 +181,7 @@ bench: build
 
 bench-smoke: build
 	$(BIN)/python -m benchmarks.compare --smoke
+	$(BIN)/python -m benchmarks.ann --smoke --peers faiss-ivf
 	RAY_USAGE_STATS_ENABLED=0 $(BIN)/python -m benchmarks.cluster --smoke --skip-http
 
 # asv measures the working tree in this venv (environment_type "existing").

@@ -68,6 +68,7 @@ cdef extern from "hopmem_kernel.h" nogil:
         int64_t *members
         int64_t *start
         int index_stale
+        void *assign_dots
         double *norms
 
     ctypedef struct hm_config:
@@ -82,6 +83,7 @@ cdef extern from "hopmem_kernel.h" nogil:
         int64_t max_locations
         int compact
         int64_t iter_copy_max
+        int64_t probe
 
     ctypedef struct hm_write_log:
         int64_t *touched
@@ -118,9 +120,11 @@ cdef extern from "hopmem_kernel.h" nogil:
     int64_t hm_attention(const hm_state *s, const hm_config *c, const float *q, double scale,
                          float *result, int64_t *rows, double *sims, double *weights)
     int64_t hm_index_groups(int64_t rows)
-    int hm_index_build(hm_state *s, int64_t iterations, int64_t k, double max_visits,
+    int hm_index_build(hm_state *s, int64_t iterations, int64_t per_group, int64_t k,
+                       double max_visits,
                        double *visits)
     void hm_index_refresh(hm_state *s)
+    void hm_index_extend(hm_state *s, int64_t frm)
     void hm_sync_norms(hm_state *s)
     int64_t hm_merge(hm_state *s, int64_t bound, double tau, int64_t *merges,
                      int64_t max_merges)
@@ -195,8 +199,22 @@ cdef hm_state _view(state) except *:
     return s
 
 
+cdef void _blas_dots(const float *A, int64_t n, int64_t dim, const float *X, int64_t nq,
+                     float *out) noexcept nogil:
+    """hm_dots_batch by BLAS sgemm: out[q * n + j] = dot(A[j], X[q]) (row-major
+    (nq, n) is column-major (n, nq) = A X^T). An approximate memory's index
+    assigns rows to centroids with it."""
+    cdef char transa = b'T', transb = b'N'
+    cdef int m = <int>n, nn = <int>nq, k = <int>dim
+    cdef int lda = <int>dim, ldb = <int>dim, ldc = <int>n
+    cdef float alpha = 1.0, beta = 0.0
+    sgemm(&transa, &transb, &m, &nn, &k, &alpha, <float *>A, &lda, <float *>X, &ldb,
+          &beta, out, &ldc)
+
+
 cdef void _view_index(index, hm_state *s) except *:
     s.index_stale = 0
+    s.assign_dots = NULL
     if index is None or not index.useful:
         s.groups = 0
         s.centroids = NULL
@@ -227,6 +245,8 @@ cdef void _view_index(index, hm_state *s) except *:
     s.group_of = <int32_t *>cnp.PyArray_DATA(group_of)
     s.members = <int64_t *>cnp.PyArray_DATA(members)
     s.start = <int64_t *>cnp.PyArray_DATA(start)
+    if index.approximate:
+        s.assign_dots = <void *>_blas_dots
 
 
 INDEX_ITERATIONS = 2    # rounds of spherical k-means when building the location index
@@ -277,6 +297,71 @@ def note_change(state):
         state.index_pending = True
 
 
+INDEX_MIN_ROWS = 512  # hm_index_groups' minimum: no index below it
+# An approximate memory's index decides which rows a read sees, so it is fitted
+# harder than the exact one (which only prunes): rounds of spherical k-means, on
+# this many sample rows a group (hopmem/_reference.py fits it the same way).
+APPROX_INDEX_ITERATIONS = 10
+APPROX_INDEX_SAMPLE = 32
+
+
+def approximate_index_rows(int64_t rows):
+    """The rows an approximate memory's index is fitted on: the largest
+    INDEX_MIN_ROWS * 2**j not above ``rows`` (0 below INDEX_MIN_ROWS).
+
+    The index of an approximate memory is a function of its rows alone:
+    spherical k-means fitted on rows [0, T), then rows [T, L) each added to
+    its nearest centroid, as writes add them. Writes fit it anew the moment
+    the memory reaches the next T (they stop a batch there for it), and a
+    restored memory fits it the same way, so the same rows give the same
+    index, and the same reads, whatever the batching, the reads in between
+    or a snapshot and restore on the way.
+    """
+    if rows < INDEX_MIN_ROWS:
+        return 0
+    cdef int64_t t = INDEX_MIN_ROWS
+    while 2 * t <= rows:
+        t *= 2
+    return t
+
+
+def approximate_index(state, k):
+    """Fit (or keep) an approximate memory's index: see approximate_index_rows.
+    Called by writes as they cross a fitting point, and by the first read after a
+    restore or a compaction dropped it. The state must not change meanwhile."""
+    state.index_pending = False
+    cdef int64_t rows = state.size, fit = approximate_index_rows(state.size), groups
+    cdef hm_state s
+    cdef int rc
+    cdef double visits = 1.0
+    cdef int64_t iterations = APPROX_INDEX_ITERATIONS, per_group = APPROX_INDEX_SAMPLE
+    index = state.index
+    if fit == 0:
+        state.index = None
+        return
+    if index is not None and index.rows == fit and index.useful:
+        return
+    groups = hm_index_groups(fit)
+    from hopmem._state import LocationIndex
+    fresh = LocationIndex(groups, state.dim, state.capacity, fit, int(k))
+    fresh.useful = True
+    fresh.approximate = True
+    state.index = None
+    s = _view(state)
+    _view_index(fresh, &s)
+    s.size = fit
+    with nogil:
+        rc = hm_index_build(&s, iterations, per_group, 1, 1e300, &visits)
+        if rc == 0 and s.groups > 0:
+            s.size = rows
+            hm_index_extend(&s, fit)
+    if rc == -1:
+        raise MemoryError("hopmem kernel: out of memory fitting the location index")
+    if rc == 0 and s.groups > 0:
+        fresh.visits = visits
+        state.index = fresh
+
+
 def maintain_index(state, k=None, *, groups=None, force=False):
     """Build (or rebuild, or drop) the location index now, if one is due.
 
@@ -316,7 +401,7 @@ def maintain_index(state, k=None, *, groups=None, force=False):
     _view_index(fresh, &s)
     cdef double max_visits = 1e300 if force else INDEX_MAX_VISITS
     with nogil:
-        rc = hm_index_build(&s, iterations, kk, max_visits, &visits)
+        rc = hm_index_build(&s, iterations, 8, kk, max_visits, &visits)
     if rc == 0 and s.groups > 0:
         fresh.visits = visits
         fresh.useful = force or visits <= INDEX_MAX_VISITS
@@ -355,6 +440,7 @@ cdef class KernelConfig:
         self.c.max_locations = cfg.max_locations or 0
         self.c.compact = 1 if getattr(cfg, "activation", "exact") == "compact" else 0
         self.c.iter_copy_max = ITER_COPY_MAX
+        self.c.probe = cfg.probe if getattr(cfg, "activation", "exact") == "approximate" else 0
 
 
 cdef hm_config _config(cfg) except *:
@@ -379,8 +465,15 @@ def write(state, cfg, const float[:, ::1] X):
     touched_out = []
     created_out = []
     merges_out = []
+    cdef bint approximate = c.probe > 0
+    cdef int64_t fit_at
     while start < m_all:
         m = min(<int64_t>WRITE_CHUNK, m_all - start)
+        if approximate and not c.competitive:
+            # stop where the index is fitted anew (approximate_index_rows)
+            fit_at = max(INDEX_MIN_ROWS, 2 * approximate_index_rows(state.size))
+            if state.size < fit_at:
+                m = min(m, fit_at - state.size)
         state.reserve(2 * m)
         s = _view(state)
         excess = max(0, s.size - c.max_locations) if c.max_locations > 0 else 0
@@ -406,7 +499,10 @@ def write(state, cfg, const float[:, ::1] X):
         created_out.extend([row[:n] for row, n in zip(created, n_created.tolist())])
         merges_out.extend((int(r[1]), int(r[2])) for r in merges[: log.n_merges])
         start += m
-        note_change(state)
+        if approximate:
+            approximate_index(state, c.k)
+        else:
+            note_change(state)
     return touched_out, created_out, merges_out
 
 

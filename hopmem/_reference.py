@@ -26,7 +26,8 @@ from ._state import SPLITMIX_GAMMA, State
 from .config import MemoryConfig
 
 __all__ = [
-    "TINY", "normalize", "activate", "write", "read", "attention",
+    "TINY", "normalize", "activate", "activate_approximate", "approximate_index", "write",
+    "read", "attention",
     "merge_closest_until", "merge_above", "WriteLog", "ReadTrace",
 ]
 
@@ -98,6 +99,102 @@ def activate(state: State, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarra
     s = scores(state.addresses[: state.size], x)
     rows = top_k(s, k)
     return rows, s[rows]
+
+
+# -- approximate activation (an inverted-file probe of the location index) --------
+
+INDEX_MIN_ROWS = 512
+INDEX_ITERATIONS = 10  # rounds of spherical k-means (the kernel's APPROX_INDEX_ITERATIONS)
+INDEX_SAMPLE = 32      # sample rows a group (APPROX_INDEX_SAMPLE)
+
+
+def index_groups(rows: int) -> int:
+    """Groups of a location index over ``rows`` rows (0: none below 512)."""
+    return 0 if rows < INDEX_MIN_ROWS else max(16, int(2.0 * math.sqrt(rows)))
+
+
+def approximate_index_rows(rows: int) -> int:
+    """The rows an approximate memory's index is fitted on: the largest
+    512 * 2**j not above ``rows`` (0 below 512)."""
+    if rows < INDEX_MIN_ROWS:
+        return 0
+    t = INDEX_MIN_ROWS
+    while 2 * t <= rows:
+        t *= 2
+    return t
+
+
+def _nearest(centroids: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Each row's group: the centroid with the highest dot product, ties to the lower."""
+    s = rows.astype(np.float64) @ centroids.astype(np.float64).T
+    return np.argmax(s, axis=1)  # first maximum: the lower group
+
+
+def approximate_index(state: State) -> tuple[np.ndarray, np.ndarray]:
+    """An approximate memory's index as a function of its rows: ``(centroids,
+    group_of)`` (float32 ``(G, d)``, each row's group), or empty arrays below
+    512 rows.
+
+    Spherical k-means (``INDEX_ITERATIONS`` rounds) on ``INDEX_SAMPLE`` rows a group, evenly
+    spaced over the first T = ``approximate_index_rows(L)`` rows (all T when
+    that is fewer), seeded with evenly spaced rows of those; then every row
+    joins its nearest centroid, as the kernel's writes add rows after T.
+    """
+    L = state.size
+    fit = approximate_index_rows(L)
+    if fit == 0:
+        return np.zeros((0, state.dim), np.float32), np.zeros(0, np.int64)
+    groups = index_groups(fit)
+    addresses = state.addresses[:L]
+    ns = INDEX_SAMPLE * groups
+    sample = addresses[(np.arange(ns) * fit) // ns] if ns < fit else addresses[:fit]
+    n = sample.shape[0]
+    centroids = sample[(np.arange(groups) * n) // groups].astype(np.float64)
+    centroids = np.array([normalize(c) for c in centroids]).astype(np.float32)
+    for _ in range(INDEX_ITERATIONS):
+        group = _nearest(centroids, sample)
+        for g in range(groups):
+            members = sample[group == g]
+            if members.shape[0] == 0:
+                continue  # an empty group keeps its centroid
+            total = members.astype(np.float64).sum(axis=0)
+            if math.sqrt(float(np.dot(total, total))) >= TINY:
+                centroids[g] = normalize(total).astype(np.float32)
+    return centroids, _nearest(centroids, addresses)
+
+
+def activate_approximate(state: State, x: np.ndarray, k: int, probe: int,
+                         centroids: np.ndarray, group_of: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """Approximate activation: the exact top k of the rows of the ``probe``
+    groups whose centroids score highest for ``x`` (ties to the lower group),
+    and of further groups in that order while those hold fewer than k rows.
+    Exact activation without an index (fewer than 512 rows) or for a zero query."""
+    L = state.size
+    x64 = np.asarray(x, dtype=np.float64)
+    if centroids.shape[0] == 0 or math.sqrt(float(np.dot(x64, x64))) < TINY:
+        return activate(state, x, k)  # no index, or a zero query (every score 0): exact
+    order = top_k(scores(centroids, x), centroids.shape[0])
+    sizes = np.bincount(group_of[:L], minlength=centroids.shape[0])
+    chosen: list[int] = []
+    held = 0
+    for g in order:
+        if len(chosen) >= probe and held >= min(k, L):
+            break
+        chosen.append(int(g))
+        held += int(sizes[g])
+    rows = np.flatnonzero(np.isin(group_of[:L], chosen))
+    s = scores(state.addresses[rows], x)
+    best = top_k(s, k)
+    return rows[best], s[best]
+
+
+def _activate(state: State, cfg: MemoryConfig, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """A read's activation: exact, or approximate for ``activation="approximate"``."""
+    if cfg.activation == "approximate":
+        centroids, group_of = approximate_index(state)
+        return activate_approximate(state, x, k, cfg.probe, centroids, group_of)
+    return activate(state, x, k)
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -291,7 +388,7 @@ def _fast(state: State, cfg: MemoryConfig, rows: np.ndarray, sims: np.ndarray):
 
 def read(state: State, cfg: MemoryConfig, query: np.ndarray, strategy: str) -> ReadTrace:
     """One read of a non-empty memory ("fast" or "iterative")."""
-    rows, sims = activate(state, query, cfg.k)
+    rows, sims = _activate(state, cfg, query, cfg.k)
     fast, alpha = _fast(state, cfg, rows, sims)
     if strategy == "fast":
         return ReadTrace(rows, sims, alpha, 1, True, fast.astype(np.float32),
@@ -321,7 +418,7 @@ def read(state: State, cfg: MemoryConfig, query: np.ndarray, strategy: str) -> R
 
 def attention(state: State, cfg: MemoryConfig, query: np.ndarray, scale: float):
     """Softmax attention over the activated locations: returns (rows, sims, alpha, result)."""
-    rows, sims = activate(state, query, cfg.k)
+    rows, sims = _activate(state, cfg, query, cfg.k)
     patterns = state.counters[rows] / state.weights[rows][:, None]
     logits = scale * (patterns @ query.astype(np.float64)) + np.log(state.weights[rows])
     alpha = softmax(logits)

@@ -117,6 +117,9 @@ class LocationIndex:
         self.k = k        # the activation's k it was judged for
         self.useful = False  # whether reads use it (judged once built)
         self.visits = 1.0    # estimated rows + centroids scored per read, over the rows
+        # An approximate memory's index: fitted on the rows alone (see
+        # hopmem._kernel.approximate_index), rows assigned with BLAS.
+        self.approximate = False
         self.centroids = np.zeros((groups, dim), dtype=np.float32)
         self.radius = np.zeros(groups, dtype=np.float64)
         self.group_of = np.zeros(capacity, dtype=np.int32)

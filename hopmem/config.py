@@ -15,7 +15,9 @@ __all__ = ["MemoryConfig", "MEMORY_MODES"]
 
 #: The memory modes :attr:`MemoryConfig.mode` takes (``MODES`` before 0.2).
 MEMORY_MODES = ("competitive", "plain")
-ACTIVATIONS = ("exact", "compact")
+ACTIVATIONS = ("exact", "compact", "approximate")
+#: Groups of the location index an approximate read probes unless told otherwise.
+DEFAULT_PROBE = 8
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,14 @@ class MemoryConfig:
     large memories, and the activated set is always the exact one (ties
     included), so reads answer bit for bit as with ``"exact"``. Writes always
     activate exactly, so the state never depends on it.
+
+    ``activation="approximate"`` makes reads activate the exact top k of the
+    locations in the ``probe`` groups of the location index whose centroids
+    score highest (an inverted-file probe; see docs/approximate.md): reads
+    stay fast at millions of locations, and the activated set may miss
+    locations of unprobed groups (its recall is measured by
+    ``benchmarks/ann.py``). ``probe`` at or above the index's number of groups
+    gives the exact set. Writes always activate exactly.
 
     ``tau_overload=None`` resolves to ``max(dim / 32, 8)``; the resolved value is
     what is stored, so a saved config reproduces the same memory.
@@ -49,7 +59,8 @@ class MemoryConfig:
     tau_damp: float = 10.0
     max_locations: int | None = None
     seed: int = 0
-    activation: Literal["exact", "compact"] = "exact"
+    activation: Literal["exact", "compact", "approximate"] = "exact"
+    probe: int = DEFAULT_PROBE
 
     def __post_init__(self) -> None:
         def fail(field: str, expected: str, got: Any) -> None:
@@ -80,10 +91,11 @@ class MemoryConfig:
         if self.mode not in MEMORY_MODES:
             fail("mode", "'competitive' or 'plain'", self.mode)
         if self.activation not in ACTIVATIONS:
-            fail("activation", "'exact' or 'compact'", self.activation)
+            fail("activation", "'exact', 'compact' or 'approximate'", self.activation)
         set_(self, "k", integer("k", self.k, 1))
         set_(self, "t_max", integer("t_max", self.t_max, 1))
         set_(self, "seed", integer("seed", self.seed, 0))
+        set_(self, "probe", integer("probe", self.probe, 1))
         if self.seed >= 2**64:
             fail("seed", "an integer below 2**64", self.seed)
         for name in ("beta", "epsilon", "eta0", "eta_decay", "eta_min", "tau_split",

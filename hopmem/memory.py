@@ -26,7 +26,7 @@ from . import _batched, _reference
 from ._deprecation import warn_deprecated
 from ._rwlock import RWLock
 from ._state import Snapshot, State
-from .config import MemoryConfig
+from .config import DEFAULT_PROBE, MemoryConfig
 from .errors import DimensionMismatch, EmptyMemory, InvalidInput
 
 __all__ = [
@@ -278,6 +278,9 @@ class _NativeEngine:
         return n > self._k.WRITE_CHUNK
 
     def write(self, state: State, cfg, X: np.ndarray):
+        if cfg.config.activation == "approximate":
+            with _blas_threads():  # the index assigns rows with BLAS: pinned, as batched reads
+                return self._k.write(state, cfg, X)
         return self._k.write(state, cfg, X)
 
     def state_replaced(self, state: State) -> None:
@@ -294,7 +297,11 @@ class _NativeEngine:
         with _INDEX_BUILD:
             if state.index_pending:
                 try:
-                    self._k.maintain_index(state, cfg.k)
+                    if cfg.config.activation == "approximate":
+                        with _blas_threads():
+                            self._k.approximate_index(state, cfg.k)
+                    else:
+                        self._k.maintain_index(state, cfg.k)
                 except MemoryError:  # derived data: a read never fails for it, it scans
                     state.index, state.index_pending = None, False
 
@@ -339,7 +346,7 @@ _INDEX_BUILD = threading.Lock()
 
 
 def _blas_threads():
-    """Pin BLAS (used by batched reads only) to HOPMEM_BLAS_THREADS threads, default 1.
+    """Pin BLAS (batched reads, an approximate index's fits) to HOPMEM_BLAS_THREADS threads, default 1.
 
     Thread pools are unpredictable on small shared machines; single-query reads
     never touch BLAS. Set HOPMEM_BLAS_THREADS=0 to leave BLAS as configured.
@@ -462,7 +469,8 @@ class Memory:
         tau_damp: float = 10.0,
         max_locations: int | None = None,
         seed: int = 0,
-        activation: Literal["exact", "compact"] = "exact",
+        activation: Literal["exact", "compact", "approximate"] = "exact",
+        probe: int = DEFAULT_PROBE,
         backend: Literal["native", "reference"] = "native",
     ) -> None:
         config = MemoryConfig(
@@ -470,6 +478,7 @@ class Memory:
             eta_decay=eta_decay, eta_min=eta_min, tau_split=tau_split, tau_merge=tau_merge,
             tau_overload=tau_overload, gamma=gamma, tau_damp=tau_damp,
             max_locations=max_locations, seed=seed, activation=activation,
+            probe=probe,
         )
         self._init(config, None, backend)
 
@@ -616,6 +625,10 @@ class Memory:
             merges = list(self._engine.merge_above(self._state, self._config.tau_merge))
             if bound is not None:
                 merges += list(self._engine.merge_closest_until(self._state, int(bound)))
+            if merges and self._config.activation == "approximate":
+                # rows left: fit the index anew, as a restore of this state would
+                self._state.index = None
+                self._state.index_pending = True
             return CompressResult(before, len(self), merges)
 
     # -- the store's interface ---------------------------------------------------------------

@@ -872,6 +872,38 @@ void hm_index_refresh(hm_state *s) {
     index_members(s);
 }
 
+/* Rows [from, size) join their nearest centroids, scored in chunks of rows
+ * with the batched dots (bit-equal to index_add's one row at a time). */
+static void index_join(hm_state *s, int64_t from) {
+    int64_t G = s->groups, d = s->dim;
+    const int64_t chunk = 256;
+    float *S = (float *)malloc((size_t)(chunk * G) * sizeof(float));
+    if (!S) {
+        for (int64_t r = from; r < s->size; r++) index_add(s, r);
+        return;
+    }
+    for (int64_t r0 = from; r0 < s->size; r0 += chunk) {
+        int64_t nr = s->size - r0 < chunk ? s->size - r0 : chunk;
+        (s->assign_dots ? s->assign_dots : hm_dots_batch)(s->centroids, G, d,
+                                                           s->addresses + r0 * d, nr, S);
+        for (int64_t q = 0; q < nr; q++) {
+            const float *row = S + q * G;
+            int64_t best = 0;
+            for (int64_t g = 1; g < G; g++) if (row[g] > row[best]) best = g;
+            s->group_of[r0 + q] = (int32_t)best;
+            index_touch(s, r0 + q);
+        }
+    }
+    free(S);
+    s->index_stale = 1;
+}
+
+void hm_index_extend(hm_state *s, int64_t from) {
+    if (s->groups <= 0) return;
+    index_join(s, from);
+    index_members(s);
+}
+
 int64_t hm_index_groups(int64_t rows) {
     if (rows < 512) return 0;  /* a scan is as cheap */
     int64_t g = (int64_t)(2.0 * sqrt((double)rows));
@@ -883,7 +915,8 @@ static void index_assign(hm_state *s, float *S, int64_t chunk) {
     int64_t G = s->groups, d = s->dim, L = s->size;
     for (int64_t r0 = 0; r0 < L; r0 += chunk) {
         int64_t nr = L - r0 < chunk ? L - r0 : chunk;
-        hm_dots_batch(s->centroids, G, d, s->addresses + r0 * d, nr, S);
+        (s->assign_dots ? s->assign_dots : hm_dots_batch)(s->centroids, G, d,
+                                                           s->addresses + r0 * d, nr, S);
         for (int64_t q = 0; q < nr; q++) {
             const float *row = S + q * G;
             int64_t best = 0;
@@ -937,16 +970,17 @@ static int index_fit(hm_state *s, int64_t iterations, int seeded) {
     return HM_OK;
 }
 
-int hm_index_build(hm_state *s, int64_t iterations, int64_t k, double max_visits,
-                   double *visits) {
+int hm_index_build(hm_state *s, int64_t iterations, int64_t per_group, int64_t k,
+                   double max_visits, double *visits) {
     int64_t G = s->groups, d = s->dim, L = s->size;
     *visits = 1.0;
     if (G <= 0 || G > L) { s->groups = 0; return HM_OK; }
-    /* The centroids are fitted on a sample of 8 rows a group, which is also
-     * where the index is first judged (k scaled to the sample's density), so
-     * a memory it would not help costs a small fraction of a full build: the
-     * full assignment, L x G dots, only follows a promising judgement. */
-    int64_t ns = 8 * G;
+    /* The centroids are fitted on a sample of per_group rows a group (8 for
+     * the pruning index), which is also where the index is first judged (k
+     * scaled to the sample's density), so a memory it would not help costs a
+     * small fraction of a full build: the full assignment, L x G dots, only
+     * follows a promising judgement. */
+    int64_t ns = per_group * G;
     if (ns < L) {
         hm_state t = *s;
         t.size = t.capacity = ns;
@@ -1199,16 +1233,13 @@ HM_INLINE void heap_push(float *heap, int64_t k, int64_t *n, float v) {
     heap[i] = v;
 }
 
-/* Score the rows of group g against q (their scores into a->scores), keep
- * the k best scores seen in the min-heap a->top, and list g as visited in
- * a->cand. Returns the group's rows. */
-HM_INLINE int64_t visit_group(const hm_state *s, int64_t g, int64_t k, const float *q,
-                              act_scratch *a, int64_t *have) {
-    int64_t d = s->dim;
-    a->cand[a->nvis++] = g;
-    float *sc = a->scores, *heap = a->top;
-    const int64_t *m = s->members + s->start[g], n = s->start[g + 1] - s->start[g];
-    int64_t j = 0;
+/* Score the n rows m[0 .. n) against q, four at a time with the scan's own
+ * lanes, pushing each score into the min-heap of the k best seen; each score
+ * goes to by_row[row] (by_row non-NULL) or to the next pair of *pairs. */
+HM_INLINE void score_members(const hm_state *s, const int64_t *m, int64_t n, const float *q,
+                             float *by_row, hm_pair **pairs, float *heap, int64_t k,
+                             int64_t *have) {
+    int64_t d = s->dim, j = 0;
     float four[4];
     for (; j + 4 <= n; j += 4) {
         if (j + 8 <= n)  /* the rows are scattered: ask for the next four whole */
@@ -1219,13 +1250,28 @@ HM_INLINE int64_t visit_group(const hm_state *s, int64_t g, int64_t k, const flo
             }
         dot4p(s->addresses + m[j] * d, s->addresses + m[j + 1] * d,
               s->addresses + m[j + 2] * d, s->addresses + m[j + 3] * d, d, q, four, 1, NULL);
-        for (int u = 0; u < 4; u++) { sc[m[j + u]] = four[u]; heap_push(heap, k, have, four[u]); }
+        for (int u = 0; u < 4; u++) {
+            if (by_row) by_row[m[j + u]] = four[u];
+            else { (*pairs)->v = four[u]; (*pairs)->r = m[j + u]; (*pairs)++; }
+            heap_push(heap, k, have, four[u]);
+        }
     }
     for (; j < n; j++) {
         float v = dot1(s->addresses + m[j] * d, d, q);
-        sc[m[j]] = v;
+        if (by_row) by_row[m[j]] = v;
+        else { (*pairs)->v = v; (*pairs)->r = m[j]; (*pairs)++; }
         heap_push(heap, k, have, v);
     }
+}
+
+/* Score the rows of group g against q (their scores into a->scores), keep
+ * the k best scores seen in the min-heap a->top, and list g as visited in
+ * a->cand. Returns the group's rows. */
+HM_INLINE int64_t visit_group(const hm_state *s, int64_t g, int64_t k, const float *q,
+                              act_scratch *a, int64_t *have) {
+    a->cand[a->nvis++] = g;
+    const int64_t *m = s->members + s->start[g], n = s->start[g + 1] - s->start[g];
+    score_members(s, m, n, q, a->scores, NULL, a->top, k, have);
     return n;
 }
 
@@ -1338,6 +1384,60 @@ double hm_index_visits(const hm_state *s, int64_t k, int64_t samples) {
     return (total / (double)samples + (double)s->groups) / (double)L;
 }
 
+/* ---- approximate activation ------------------------------------------------------
+ * An inverted-file probe over the location index: the groups are ranked by
+ * their centroid's score q.c_g (ties to the lower group), the first `probe`
+ * of them are taken (more, in that order, while they hold fewer than k rows),
+ * and the activated set is the exact top k of their rows: the same float32
+ * scores, order and tie rule as the scan, over fewer rows. A probed group
+ * whose bound (see "location index") is below the k-th best score found so
+ * far is skipped: it holds no row of that top k, so skipping it changes only
+ * the cost. Rows of unprobed groups are never scored: that is the
+ * approximation, measured as recall against exact activation in
+ * benchmarks/ann.py. q is a unit vector. Returns k' (min(k, rows probed)),
+ * or -2 on a NaN score (the caller then scans). */
+HM_INLINE int64_t activate_approx(const hm_state *s, int64_t k, int64_t probe, const float *q,
+                                  int64_t *rows, double *sims, act_scratch *a) {
+    int64_t d = s->dim, L = s->size, G = s->groups;
+    if (k > L) k = L;
+    if (k <= 0) return 0;
+    float *gs = a->vals, *heap = a->top;
+    hm_pair *order = a->order;
+    hm_dots(s->centroids, G, d, q, gs);
+    for (int64_t g = 0; g < G; g++) { order[g].v = gs[g]; order[g].r = g; }
+    sort_pairs(order, G);
+    int64_t ng = 0, nrows = 0;
+    while (ng < G && (ng < probe || nrows < k)) {
+        int64_t g = order[ng++].r;
+        nrows += s->start[g + 1] - s->start[g];
+    }
+    hm_pair *cand = (hm_pair *)malloc((size_t)(nrows > 0 ? nrows : 1) * sizeof(hm_pair));
+    if (!cand) return -2;
+    const double slack = 2.0 * hm_score_error(d, 0);
+    int64_t have = 0, nc = 0;
+    for (int64_t t = 0; t < ng; t++) {
+        int64_t g = order[t].r;
+        if (have == k && (double)gs[g] + s->radius[g] + slack < (double)heap[0]) continue;
+        hm_pair *next = cand + nc;
+        score_members(s, s->members + s->start[g], s->start[g + 1] - s->start[g], q, NULL,
+                      &next, heap, k, &have);
+        nc = next - cand;
+    }
+    /* Every row of the top k scores at least the heap's k-th best: sort those only. */
+    float kth = heap[0];
+    int64_t keep = 0;
+    for (int64_t j = 0; j < nc; j++) {
+        float v = cand[j].v;
+        if (v != v) { free(cand); return -2; }
+        if (v >= kth) cand[keep++] = cand[j];
+    }
+    sort_pairs(cand, keep);
+    if (k > keep) k = keep;
+    for (int64_t j = 0; j < k; j++) { rows[j] = cand[j].r; sims[j] = (double)cand[j].v; }
+    free(cand);
+    return k;
+}
+
 /* Rows of the k best exact scores for q (ties to the lower row) and their
  * cosine similarities. scores: precomputed scores for q with relative error
  * bound scores_error (0 = exact), or NULL to scan here. */
@@ -1347,6 +1447,11 @@ HM_INLINE int64_t activate(const hm_state *s, const hm_config *c, const float *q
     int64_t d = s->dim, L = s->size;
     /* Given exact scores (a write's block), the unit query is not needed. */
     double qnorm = scores && scores_error == 0.0 ? 1.0 : unit_query(q, d, a->qhat);
+    if (!scores && c->probe > 0 && c->probe < s->groups && qnorm >= HM_TINY
+        && !(c->compact && s->addresses16)) {
+        int64_t kk = activate_approx(s, c->k, c->probe, a->qhat, rows, sims, a);
+        if (kk >= 0) return kk;  /* else (NaN, or no memory for the candidates): scan */
+    }
     if (!scores) {
         scores = a->scores;
         if (s->groups > 0 && !(c->compact && s->addresses16) && qnorm >= HM_TINY) {
@@ -1637,6 +1742,9 @@ HM_INLINE void write_competitive(hm_state *s, const hm_config *c, const float *x
 HM_CLONES
 int hm_write(hm_state *s, const hm_config *c, const float *X, int64_t m, hm_write_log *log) {
     int64_t d = s->dim;
+    hm_config exact = *c;  /* writes activate exactly, whatever the reads do */
+    exact.probe = 0;
+    c = &exact;
     if (s->size + 2 * m > s->capacity) return HM_ERR_CAPACITY;
     int64_t kk = c->k < s->size + 2 * m ? c->k : s->size + 2 * m;
     if (log->touched_stride < kk) return HM_ERR_LOG;
@@ -1647,13 +1755,18 @@ int hm_write(hm_state *s, const hm_config *c, const float *X, int64_t m, hm_writ
     if (!c->competitive) {
         double *tmp_a = (double *)malloc((size_t)d * 2 * sizeof(double));
         if (!tmp_a) return HM_ERR_NOMEM;
+        /* the new rows join the index together afterwards (index_join) */
+        int64_t first = s->size, groups = s->groups;
+        s->groups = 0;
         for (int64_t vi = 0; vi < m; vi++) {
             s->writes++;
             log->created[2 * vi] = spawn(s, X + vi * d, tmp_a, tmp_a + d);
             log->n_created[vi] = 1;
             log->n_touched[vi] = 0;
         }
+        s->groups = groups;
         free(tmp_a);
+        if (groups > 0) index_join(s, first);
         index_members(s);
         return HM_OK;
     }

@@ -28,6 +28,10 @@ enum {
     HM_ERR_LOG = -3        /* caller's write-log buffers too small (nothing changed) */
 };
 
+/* out[q * n + j] = dot(A[j], X[q]): the signature of hm_dots_batch. */
+typedef void (*hm_dots_batch_fn)(const float *A, int64_t n, int64_t dim, const float *X,
+                                 int64_t nq, float *out);
+
 typedef struct {
     int64_t dim;
     int64_t size;       /* rows in use */
@@ -52,6 +56,12 @@ typedef struct {
     int64_t *members;    /* [capacity]: rows by group, group g at start[g] .. start[g + 1] */
     int64_t *start;      /* [groups + 1] */
     int index_stale;     /* 1: rows were added or moved since members was built */
+    /* Scores rows against the centroids when the index assigns rows to groups:
+     * NULL for hm_dots_batch; an approximate memory's index passes BLAS sgemm
+     * (six times faster on a block; its own summation order, so a near-tie
+     * between two centroids may go the other way than with hm_dots_batch:
+     * the index is then another, equally valid one). */
+    hm_dots_batch_fn assign_dots;
     /* [capacity] |counters row| (sqrt of its float64 dot with itself), kept by
      * every change of a row, or NULL: derived data, never part of the state's
      * value (a plain memory's fast read at full activation reads out its
@@ -71,6 +81,9 @@ typedef struct {
     int64_t max_locations;  /* 0: unbounded */
     int compact;            /* 1: reads scan the half copy, then re-score candidates exactly */
     int64_t iter_copy_max;  /* iterations run on float64 copies of the k rows while k * dim <= this */
+    int64_t probe;          /* approximate activation: groups of the location index probed
+                             * (0: exact; >= the index's groups: exact too). Reads only:
+                             * writes always activate exactly. */
 } hm_config;
 
 typedef struct {
@@ -187,13 +200,19 @@ int64_t hm_index_groups(int64_t rows);
  * centroids) an activation with this k would score, estimated on rows used as
  * queries. When a first judgement on a sample already exceeds max_visits the
  * full build is skipped (the arrays are then not an index: do not use them).
- * HM_ERR_NOMEM if scratch allocation fails (then s->groups is set to 0). */
-int hm_index_build(hm_state *s, int64_t iterations, int64_t k, double max_visits,
-                   double *visits);
+ * HM_ERR_NOMEM if scratch allocation fails (then s->groups is set to 0). The
+ * centroids come from `iterations` rounds of spherical k-means on `per_group`
+ * evenly spaced sample rows a group (all rows when that is as many). */
+int hm_index_build(hm_state *s, int64_t iterations, int64_t per_group, int64_t k,
+                   double max_visits, double *visits);
 
 /* Rebuild the members lists from group_of over the current rows (after rows
  * were truncated or restored in place to addresses within their radius). */
 void hm_index_refresh(hm_state *s);
+
+/* Add rows [from, size) to the index (each joins its nearest centroid) and
+ * rebuild the members lists: the rows written after the index was built. */
+void hm_index_extend(hm_state *s, int64_t from);
 
 /* The index's cost estimate for reads: rows plus centroids an activation with
  * this k scores, as a fraction of the rows, averaged over `samples` rows used

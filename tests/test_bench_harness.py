@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -51,3 +53,25 @@ def test_the_kernel_ab_runs_a_build_against_itself(capsys):
     out = capsys.readouterr().out
     assert "write, batch of 100 (d 384, competitive)" in out
     assert "read, batch of 64 per call (d 128, plain)" in out
+
+
+def test_the_ann_benchmark_runs_end_to_end(tmp_path):
+    """benchmarks/ann.py --smoke: every figure it reports is there and in range."""
+    pytest.importorskip("faiss")  # the bench extra
+    pytest.importorskip("matplotlib")
+    from benchmarks import ann
+    out = tmp_path / "ann.json"
+    assert ann.main(["--smoke", "--peers", "faiss-ivf", "--out", str(out),
+                     "--plot", str(tmp_path / "ann.png")]) == 0
+    (res,) = json.loads(out.read_text())
+    assert res["n"] == 6000 and res["groups"] > 0 and res["write_s"] > 0
+    assert res["memory_bytes"] > res["raw_bytes"]
+    ours = res["curves"]["hopmem approximate"]
+    assert [p["probe"] for p in ours] == [2, 4, 8]
+    for p in ours:
+        assert 0.0 < p["recall"] <= 1.0 and 0.0 < p["p50_ms"] <= p["p99_ms"]
+        assert -1.0 <= p["cos_min"] <= p["cos_median"] <= 1.0 + 1e-9
+    # more groups probed never loses a row: the probed rows only grow
+    assert ours[0]["recall"] <= ours[1]["recall"] <= ours[2]["recall"]
+    assert any(name.startswith("faiss IVF") for name in res["curves"])
+    assert (tmp_path / "ann.png").stat().st_size > 0

@@ -458,3 +458,47 @@ def smoke(dims=(32,), locations: int = 60) -> dict[str, Any]:
             bench.setup(d, mode)
             bench.peakmem_write_10k(d, mode)
     return tracked
+
+
+class ApproximateSuite:
+    """Approximate activation (``activation="approximate"``) on 50,000 plain patterns,
+    d = 384, clustered as ``benchmarks/ann.py``'s set: one read per probe, and
+    recall@10 of the activated set against exact activation. The 1M figures
+    and the peers are ``python -m benchmarks.ann`` (docs/approximate.md)."""
+
+    params = ([2, 8, 32],)
+    param_names = ["probe"]
+    timeout = 300
+    N = 50_000
+
+    def setup_cache(self):
+        rng = np.random.default_rng(SEED)  # 1,000 centres, cos ~0.74 to the centre
+        C = _unit_rows(rng.standard_normal((1000, 384)))
+        P = _unit_rows(C[rng.integers(0, 1000, self.N + 64)]
+                       + 0.9 / np.sqrt(384) * rng.standard_normal((self.N + 64, 384)))
+        X, Q = P[64:].astype(np.float32), P[:64].astype(np.float32)
+        mem = Memory(384, mode="plain", k=10, activation="approximate")
+        mem.write(X)
+        return mem.config, mem.snapshot(), Q
+
+    def setup(self, cache, probe):
+        import dataclasses
+        config, snap, self.Q = cache
+        self.mem = Memory.from_config(dataclasses.replace(config, probe=probe), snap)
+        self.mem.read(self.Q[0])  # fits the index (a restored memory does at its first read)
+        self.exact = Memory.from_config(dataclasses.replace(config, probe=10**6))
+        self.exact._state = self.mem._state  # the same rows and index, every group probed
+
+    def time_read(self, cache, probe):
+        self.mem.read(self.Q[1])
+
+    def time_read_fast(self, cache, probe):
+        self.mem.read(self.Q[1], "fast")
+
+    def track_recall_at_10(self, cache, probe):
+        got = self.mem.analyze(self.Q, "fast")
+        want = self.exact.analyze(self.Q, "fast")
+        return float(np.mean([len(set(a.activated.tolist()) & set(b.activated.tolist())) / 10
+                              for a, b in zip(got, want)]))
+
+    track_recall_at_10.unit = "recall"
