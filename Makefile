@@ -122,7 +122,7 @@ test-tsan:
 # F16C, no AMX), with every x86 path compiled out; the kernel's tests against the reference twin
 # and the batch paths run on it, then the release build comes back.
 PORTABLE_TESTS ?= tests/test_kernel_vs_reference.py tests/test_top_k.py tests/test_threads.py \
-                  tests/test_hopfield.py tests/test_batched_amx.py tests/test_properties.py
+                  tests/test_hopfield.py tests/test_batched_amx.py tests/test_properties.py tests/test_approximate.py
 # The guard: no AVX (ymm/zmm) or AMX (tile) instruction in the portable kernel, and AMX reported absent.
 test-portable:
 	@$(MAKE) --no-print-directory build HOPMEM_BUILD=portable
