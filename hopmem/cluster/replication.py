@@ -1,16 +1,18 @@
 """Replicated shards on the hosts: the leader applies, forwards, and acknowledges.
 
-A replicated shard has R copies on R hosts. The leader of a shard applies
-each mutation (a write, a compression, a delete, a collection created or
-dropped, a setting), commits it, then forwards the same call, with the epoch
-and the write id it carries, to every in-sync follower and waits for each to
-commit it. Mutations of one shard hold the shard's lock from the local commit
-to the last follower's answer, so followers apply them in the leader's order;
-the engine and the store are deterministic, so a follower's memory equals the
-leader's bit for bit.
+A replicated shard has R copies on R hosts. The leader of a shard sends each
+mutation (a write, a compression, a delete, a collection created or dropped,
+a setting), with the epoch and the write id it carries, to every in-sync
+follower, applies and commits it itself meanwhile, then waits for each
+follower to commit it: a replicated write costs the slower of the two
+copies, not their sum. Mutations of one shard hold the shard's lock from
+the sending to the last follower's answer, so one is in flight at a time and
+followers apply them in the leader's order; the engine and the store are
+deterministic, so a follower's memory equals the leader's bit for bit, and a
+call the leader refuses (bad input) the followers refuse the same way.
 
 A follower that fails to answer (its node is gone, it timed out, it refused)
-is taken out of the in-sync set in the catalog (a compare-and-set on the
+or whose outcome differs from the leader's is taken out of the in-sync set in the catalog (a compare-and-set on the
 epoch) BEFORE the write is acknowledged without it. If that change is refused
 (the catalog has a newer epoch: this leader was deposed) the write is not
 acknowledged: a deposed leader cannot acknowledge anything. Followers refuse
@@ -42,7 +44,7 @@ from typing import Any, Protocol
 from ..errors import InvalidInput, StoreError
 from .wire import Envelope, NotHere, NotLeader, StaleEpoch, unpack_error
 
-__all__ = ["Replication", "Peers", "mutates", "REPLICATED_METHODS"]
+__all__ = ["Replication", "Peers", "Pending", "mutates", "REPLICATED_METHODS"]
 
 logger = logging.getLogger("hopmem.cluster")
 
@@ -65,11 +67,20 @@ def mutates(method: str, args: tuple[Any, ...]) -> bool:
     return False
 
 
+#: A replication call sent and not yet answered: call it with a timeout to get its envelope.
+Pending = Callable[[float], Envelope]
+
+
 class Peers(Protocol):
     """What a host reaches outside itself: other hosts' replication calls, and the catalog."""
 
     def replicate(self, host_id: str, method: str, args: tuple[Any, ...],
                   timeout: float) -> Envelope: ...
+
+    def send(self, host_id: str, method: str, args: tuple[Any, ...]) -> Pending:
+        """Start ``replicate`` without waiting: the returned call waits (up to its timeout, in
+        seconds) and answers the envelope (a failure envelope if the host did not answer)."""
+        ...
 
     def catalog(self, method: str, *args: Any) -> Any: ...
 
@@ -174,24 +185,48 @@ class Replication:
             role = self._leading(database, shard, epoch)
             if role.unsynced:
                 self._refill_all(database, shard, role)
-            result = call(*args)
-            self._forward(database, shard, role, "apply", (method, args))
+            # Forwarded first, applied here meanwhile: the shard's lock is held until every
+            # follower answered, so one mutation of the shard is in flight at a time and the
+            # followers apply them in this host's order.
+            sent = self._send(database, shard, role, "apply", (method, args))
+            try:
+                result = call(*args)
+            except Exception as exc:
+                self._settle(database, shard, role, sent, exc)
+                raise
+            self._settle(database, shard, role, sent, None)
             return result
 
-    def _forward(self, database: str, shard: int, role: Role, method: str,
-                 args: tuple[Any, ...]) -> None:
-        """Send ``method(database, shard, epoch, leader, *args)`` to every follower; the ones
-        that fail leave the in-sync set (in the catalog) before this returns."""
+    def _send(self, database: str, shard: int, role: Role, method: str,
+              args: tuple[Any, ...]) -> list[tuple[str, Pending]]:
+        """Send ``method(database, shard, epoch, leader, *args)`` to every follower, without
+        waiting for their answers."""
         peers = self._peers()
+        return [(follower, peers.send(follower, method,
+                                      (database, shard, role.epoch, self.me, *args)))
+                for follower in list(role.followers)]
+
+    def _settle(self, database: str, shard: int, role: Role, sent: list[tuple[str, Pending]],
+                local: Exception | None) -> None:
+        """Wait for the followers' answers to a mutation this host applied with outcome
+        ``local`` (None: it succeeded; else the error it raised). A follower whose outcome
+        differs (it failed, timed out, refused, or succeeded where this host failed) leaves the
+        in-sync set (in the catalog) before this returns; one that raised the same error as
+        this host did the same (deterministic) thing and stays."""
+        deadline = time.monotonic() + self.timeout
         failed: list[str] = []
-        for follower in list(role.followers):
-            ok, value = peers.replicate(follower, method, (database, shard, role.epoch, self.me,
-                                                           *args), self.timeout)
-            if not ok:
-                exc = unpack_error(value)
-                logger.warning("shard %d of %r: follower %s failed (%s: %s)", shard, database,
-                               follower, type(exc).__name__, exc)
-                failed.append(follower)
+        for follower, pending in sent:
+            ok, value = pending(max(deadline - time.monotonic(), 0.001))
+            if ok and local is None:
+                continue
+            exc = None if ok else unpack_error(value)
+            if exc is not None and local is not None and type(exc) is type(local):
+                continue
+            logger.warning("shard %d of %r: follower %s %s (this host: %s)", shard, database,
+                           follower, "succeeded" if exc is None else
+                           f"failed ({type(exc).__name__}: {exc})",
+                           "succeeded" if local is None else type(local).__name__)
+            failed.append(follower)
         if failed:
             self._shrink(database, shard, role, failed)
 
