@@ -37,7 +37,7 @@ class CatalogActor:
 
 #: What one host asks another: a forwarded mutation, a chunk of a copy, installing it, and
 #: whether it answers at all.
-REPLICATION_CALLS = frozenset({"apply", "receive_chunk", "install", "pid"})
+REPLICATION_CALLS = frozenset({"apply_many", "receive_chunk", "install", "pid"})
 
 
 class RayPeers:
