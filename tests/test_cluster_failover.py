@@ -156,6 +156,44 @@ def test_the_catalog_lives_on_the_head_and_copies_on_distinct_nodes(nodes, reque
     c.drop("placed")
 
 
+def test_a_call_the_leader_refuses_keeps_its_followers_in_sync(nodes, request):
+    """The leader forwards a mutation before applying it: a call it refuses (bad input) its
+    followers refuse the same way, so they stay in the in-sync set, equal to the leader."""
+    if isinstance(nodes, Alone):
+        return nodes.check(request.node.name)
+    from hopmem.errors import DimensionMismatch
+    db = nodes.hopmem.create("refused", D, shards=2, replicas=2)
+    coll = db.collection("c")
+    coll.write(clustered(4, D, rng=1), metadata=[0, 1, 2, 3])
+    with pytest.raises(DimensionMismatch):
+        coll.write(np.ones(D + 3, dtype=np.float32), metadata=[9])
+    coll.write(clustered(2, D, rng=2), metadata=[4, 5])
+    # Concurrent writers, some refused: the leader runs what queued for the shard's lock
+    # as one batch, forwarded in one call; each caller hears its own outcome.
+    outcomes: list[str] = []
+
+    def writer(t: int) -> None:
+        rows = clustered(10, D, rng=10 + t)
+        for i in range(10):
+            bad = (t + i) % 4 == 0
+            try:
+                coll.write(np.ones(D + 1, dtype=np.float32) if bad else rows[i],
+                           metadata=[100 * t + i])
+                outcomes.append("bad acknowledged" if bad else "ok")
+            except DimensionMismatch:
+                outcomes.append("refused" if bad else "good refused")
+
+    threads = [threading.Thread(target=writer, args=(t,)) for t in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(set(outcomes)) == ["ok", "refused"], outcomes
+    assert outcomes.count("refused") == sum((t + i) % 4 == 0 for t in range(6) for i in range(10))
+    _copies_equal_leader(nodes.hopmem, db, ["c"])
+    nodes.hopmem.drop("refused")
+
+
 def test_a_stale_leader_cannot_acknowledge_a_write(nodes, request):
     if isinstance(nodes, Alone):
         return nodes.check(request.node.name)

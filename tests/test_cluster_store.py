@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
+from typing import Any
 
 import numpy as np
 import pytest
@@ -330,9 +332,31 @@ def test_reads_from_any_in_sync_copy_answer_as_the_leader(ray_cluster):
             host, "collection_call", (name, coll.shard, "c", "snapshot", (), {}), True)
         assert ok and snap == coll.snapshot()
     q = np.eye(8)[5]
-    for _ in range(4):  # round robin over both copies
+    for _ in range(4):  # spread over both copies
         assert coll.resolve(q, limit=2, read_from="any") == coll.resolve(q, limit=2)
         np.testing.assert_array_equal(coll.read(q, read_from="any"), coll.read(q))
+    # A read goes to the copy with the fewest reads in flight from this process, so
+    # concurrent readers use both copies at once.
+    copies = list(state["isr"])
+    with ray_cluster.reading_from(copies) as first:
+        with ray_cluster.reading_from(copies) as second:
+            assert {first, second} == set(copies)
+            with ray_cluster.reading_from(copies), ray_cluster.reading_from(copies) as fourth:
+                assert fourth in copies
+        with ray_cluster.reading_from(copies) as again:
+            assert again == second  # the least busy one
+    hits: list[Any] = []
+
+    def reader() -> None:
+        hits.extend(coll.resolve(q, limit=2, read_from="any") for _ in range(5))
+
+    threads = [threading.Thread(target=reader) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(hits) == 30 and all(h == coll.resolve(q, limit=2) for h in hits)
+    assert ray_cluster._reading == {}  # every read counted out
     ray_cluster.read_from = "any"  # the client's default
     try:
         assert coll.snapshot() == coll.snapshot(read_from="leader")

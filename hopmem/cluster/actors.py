@@ -16,6 +16,7 @@ import ray
 from ..errors import InvalidInput, StoreError
 from .catalog import Catalog
 from .host import ShardHost
+from .replication import Pending
 from .wire import Envelope, answer, pack_error, unpack_error
 
 __all__ = ["CatalogActor", "HostActor"]
@@ -36,7 +37,7 @@ class CatalogActor:
 
 #: What one host asks another: a forwarded mutation, a chunk of a copy, installing it, and
 #: whether it answers at all.
-REPLICATION_CALLS = frozenset({"apply", "receive_chunk", "install", "pid"})
+REPLICATION_CALLS = frozenset({"apply_many", "receive_chunk", "install", "pid"})
 
 
 class RayPeers:
@@ -56,14 +57,28 @@ class RayPeers:
 
     def replicate(self, host_id: str, method: str, args: tuple[Any, ...],
                   timeout: float) -> Envelope:
+        return self.send(host_id, method, args)(timeout)
+
+    def send(self, host_id: str, method: str, args: tuple[Any, ...]) -> Pending:
         name = self._host_name(host_id)
-        try:
-            envelope: Envelope = ray.get(self._handle(name).replicate.remote(method, args),
-                                         timeout=timeout)
-            return envelope
-        except Exception as exc:  # noqa: BLE001 - gone, unschedulable, timed out: it failed
+
+        def failed(exc: BaseException) -> Envelope:
             self._handles.pop(name, None)
             return False, pack_error(StoreError(f"host {host_id}: {type(exc).__name__}"))
+
+        try:
+            ref = self._handle(name).replicate.remote(method, args)
+        except Exception as exc:  # noqa: BLE001 - gone or unknown: it failed
+            envelope = failed(exc)
+            return lambda timeout: envelope
+
+        def wait(timeout: float) -> Envelope:
+            try:
+                answer: Envelope = ray.get(ref, timeout=timeout)
+                return answer
+            except Exception as exc:  # noqa: BLE001 - gone, unschedulable, timed out: it failed
+                return failed(exc)
+        return wait
 
     def catalog(self, method: str, *args: Any) -> Any:
         ok, value = ray.get(self._handle(self._catalog_name).invoke.remote(method, args, {}),

@@ -23,11 +23,13 @@ Nothing here imports Ray: the transport (:mod:`hopmem.cluster.runtime`) does.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import itertools
 import re
+import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
@@ -140,6 +142,28 @@ class ClusterDataDir:
         self._open: dict[str, ClusterDatabase] = {}
         self._cluster_id: str | None = None
         self._write_ids: dict[str, bool] = {}
+        #: Reads this process has in flight on each host (``read_from="any"`` picks the least).
+        self._reading: dict[str, int] = {}
+        self._reading_lock = threading.Lock()
+        self._turn = itertools.count()
+
+    @contextlib.contextmanager
+    def reading_from(self, hosts: list[str]) -> Iterator[str]:
+        """The host of ``hosts`` with the fewest reads in flight from this process (ties in
+        turn), counted as reading until the block ends: a slower copy (a busier core) gets
+        fewer of the reads than a round robin would give it."""
+        with self._reading_lock:
+            start = next(self._turn)
+            order = [hosts[(start + i) % len(hosts)] for i in range(len(hosts))]
+            host = min(order, key=lambda h: self._reading.get(h, 0))
+            self._reading[host] = self._reading.get(host, 0) + 1
+        try:
+            yield host
+        finally:
+            with self._reading_lock:
+                self._reading[host] -= 1
+                if not self._reading[host]:
+                    del self._reading[host]
 
     @property
     def transport(self) -> Transport:
@@ -344,7 +368,6 @@ class ClusterDatabase:
         self._config: MemoryConfig | None = None
         self._closed = False
         self._executor: ThreadPoolExecutor | None = None
-        self._turn = itertools.count()
 
     # -- what the catalog records ----------------------------------------------------------------
 
@@ -468,8 +491,8 @@ class ClusterDatabase:
             host = state["leader"]
             try:
                 if spread and len(state["isr"]) > 1:
-                    host = state["isr"][next(self._turn) % len(state["isr"])]
-                    ok, value = t.host(host, method, args, retry)
+                    with self._dd.reading_from(list(state["isr"])) as host:
+                        ok, value = t.host(host, method, args, retry)
                 else:
                     ok, value = t.host(host, "lead", (self.name, shard, state["epoch"], method,
                                                       args), retry)

@@ -432,9 +432,9 @@ class ShardHost:
     def role(self, database: str, shard: int) -> dict[str, Any] | None:
         return self.replication.role(database, shard)
 
-    def apply(self, database: str, shard: int, epoch: int, leader: str, method: str,
-              args: tuple[Any, ...]) -> Any:
-        return self.replication.apply(database, shard, epoch, leader, method, args)
+    def apply_many(self, database: str, shard: int, epoch: int, leader: str,
+                   calls: list[tuple[str, tuple[Any, ...]]]) -> list[tuple[bool, Any]]:
+        return self.replication.apply_many(database, shard, epoch, leader, calls)
 
     def install(self, database: str, shard: int, epoch: int, leader: str, relative: str) -> None:
         self.replication.install(database, shard, epoch, leader, relative)

@@ -1,16 +1,21 @@
 """Replicated shards on the hosts: the leader applies, forwards, and acknowledges.
 
-A replicated shard has R copies on R hosts. The leader of a shard applies
-each mutation (a write, a compression, a delete, a collection created or
-dropped, a setting), commits it, then forwards the same call, with the epoch
-and the write id it carries, to every in-sync follower and waits for each to
-commit it. Mutations of one shard hold the shard's lock from the local commit
-to the last follower's answer, so followers apply them in the leader's order;
-the engine and the store are deterministic, so a follower's memory equals the
-leader's bit for bit.
+A replicated shard has R copies on R hosts. The leader of a shard sends each
+mutation (a write, a compression, a delete, a collection created or dropped,
+a setting), with the epoch and the write id it carries, to every in-sync
+follower, applies and commits it itself meanwhile, then waits for each
+follower to commit it: a replicated write costs the slower of the two
+copies, not their sum. Mutations of one shard hold the shard's lock from
+the sending to the last follower's answer, so one batch is in flight at a
+time and followers apply them in the leader's order; the mutations that
+queued for the lock meanwhile go as the next batch (one call to each
+follower, applied there in order, each answered alone), so the cost of a
+call between hosts is shared by concurrent writers. The engine and the store are
+deterministic, so a follower's memory equals the leader's bit for bit, and a
+call the leader refuses (bad input) the followers refuse the same way.
 
 A follower that fails to answer (its node is gone, it timed out, it refused)
-is taken out of the in-sync set in the catalog (a compare-and-set on the
+or whose outcome differs from the leader's is taken out of the in-sync set in the catalog (a compare-and-set on the
 epoch) BEFORE the write is acknowledged without it. If that change is refused
 (the catalog has a newer epoch: this leader was deposed) the write is not
 acknowledged: a deposed leader cannot acknowledge anything. Followers refuse
@@ -40,9 +45,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..errors import InvalidInput, StoreError
-from .wire import Envelope, NotHere, NotLeader, StaleEpoch, unpack_error
+from .wire import Envelope, NotHere, NotLeader, StaleEpoch, answer, unpack_error
 
-__all__ = ["Replication", "Peers", "mutates", "REPLICATED_METHODS"]
+__all__ = ["Replication", "Peers", "Pending", "mutates", "REPLICATED_METHODS"]
 
 logger = logging.getLogger("hopmem.cluster")
 
@@ -65,11 +70,20 @@ def mutates(method: str, args: tuple[Any, ...]) -> bool:
     return False
 
 
+#: A replication call sent and not yet answered: call it with a timeout to get its envelope.
+Pending = Callable[[float], Envelope]
+
+
 class Peers(Protocol):
     """What a host reaches outside itself: other hosts' replication calls, and the catalog."""
 
     def replicate(self, host_id: str, method: str, args: tuple[Any, ...],
                   timeout: float) -> Envelope: ...
+
+    def send(self, host_id: str, method: str, args: tuple[Any, ...]) -> Pending:
+        """Start ``replicate`` without waiting: the returned call waits (up to its timeout, in
+        seconds) and answers the envelope (a failure envelope if the host did not answer)."""
+        ...
 
     def catalog(self, method: str, *args: Any) -> Any: ...
 
@@ -94,6 +108,8 @@ class Replication:
         self.peers: Peers | None = None
         self.timeout = timeout
         self._roles: dict[tuple[str, int], Role] = {}
+        #: Mutations waiting for their shard's lock: the holder runs them all as one batch.
+        self._queues: dict[tuple[str, int], list[_Mutation]] = {}
         self._guard = threading.Lock()
 
     @property
@@ -170,27 +186,80 @@ class Replication:
         role = self._leading(database, shard, epoch)
         if not mutates(method, args):
             return call(*args)
+        mine = _Mutation(epoch, method, args)
+        key = (database, shard)
+        with self._guard:
+            self._queues.setdefault(key, []).append(mine)
         with role.lock:
+            if not mine.done:
+                self._lead_batch(database, shard, epoch)
+        if mine.error is not None:
+            raise mine.error
+        return mine.result
+
+    def _lead_batch(self, database: str, shard: int, epoch: int) -> None:
+        """Run every queued mutation of the shard at ``epoch`` as one batch (the caller holds
+        the shard's lock): sent to the followers in one call, applied here meanwhile, in the
+        order they arrived; then wait for the followers. Mutations at another epoch stay
+        queued for their own callers."""
+        key = (database, shard)
+        with self._guard:
+            queue = self._queues.get(key, [])
+            batch = [m for m in queue if m.epoch == epoch]
+            rest = [m for m in queue if m.epoch != epoch]
+            if rest:
+                self._queues[key] = rest
+            else:
+                self._queues.pop(key, None)
+        try:
             role = self._leading(database, shard, epoch)
             if role.unsynced:
                 self._refill_all(database, shard, role)
-            result = call(*args)
-            self._forward(database, shard, role, "apply", (method, args))
-            return result
+            # Forwarded first, applied here meanwhile: the shard's lock is held until every
+            # follower answered, so one batch of the shard is in flight at a time and the
+            # followers apply the mutations in this host's order.
+            sent = self._send(database, shard, role, "apply_many",
+                              ([(m.method, m.args) for m in batch],))
+            outcomes: list[Exception | None] = []
+            for m in batch:
+                try:
+                    m.result = getattr(self.host, m.method)(*m.args)
+                    outcomes.append(None)
+                except Exception as exc:  # noqa: BLE001 - the caller's error, raised there
+                    m.error = exc
+                    outcomes.append(exc)
+            self._settle(database, shard, role, sent, outcomes)
+        except Exception as exc:  # noqa: BLE001 - not acknowledged: every caller hears why
+            for m in batch:
+                m.result, m.error = None, exc
+        finally:
+            for m in batch:
+                m.done = True
 
-    def _forward(self, database: str, shard: int, role: Role, method: str,
-                 args: tuple[Any, ...]) -> None:
-        """Send ``method(database, shard, epoch, leader, *args)`` to every follower; the ones
-        that fail leave the in-sync set (in the catalog) before this returns."""
+    def _send(self, database: str, shard: int, role: Role, method: str,
+              args: tuple[Any, ...]) -> list[tuple[str, Pending]]:
+        """Send ``method(database, shard, epoch, leader, *args)`` to every follower, without
+        waiting for their answers."""
         peers = self._peers()
+        return [(follower, peers.send(follower, method,
+                                      (database, shard, role.epoch, self.me, *args)))
+                for follower in list(role.followers)]
+
+    def _settle(self, database: str, shard: int, role: Role, sent: list[tuple[str, Pending]],
+                local: list[Exception | None]) -> None:
+        """Wait for the followers' answers to a batch this host applied with outcomes
+        ``local`` (per mutation, None: it succeeded; else the error it raised). A follower
+        whose outcome differs for any of them (it failed, timed out, refused, or succeeded
+        where this host failed) leaves the in-sync set (in the catalog) before this returns;
+        one that raised the same error as this host did the same (deterministic) thing."""
+        deadline = time.monotonic() + self.timeout
         failed: list[str] = []
-        for follower in list(role.followers):
-            ok, value = peers.replicate(follower, method, (database, shard, role.epoch, self.me,
-                                                           *args), self.timeout)
-            if not ok:
-                exc = unpack_error(value)
-                logger.warning("shard %d of %r: follower %s failed (%s: %s)", shard, database,
-                               follower, type(exc).__name__, exc)
+        for follower, pending in sent:
+            ok, value = pending(max(deadline - time.monotonic(), 0.001))
+            why = _differs(local, value) if ok else repr(unpack_error(value))
+            if why:
+                logger.warning("shard %d of %r: follower %s leaves the in-sync set (%s)", shard,
+                               database, follower, why)
                 failed.append(follower)
         if failed:
             self._shrink(database, shard, role, failed)
@@ -311,13 +380,18 @@ class Replication:
                 role = self._roles[key] = new
             return role
 
-    def apply(self, database: str, shard: int, epoch: int, leader: str, method: str,
-              args: tuple[Any, ...]) -> Any:
-        """A follower's side of a forwarded mutation: applied in the order it arrives."""
+    def apply_many(self, database: str, shard: int, epoch: int, leader: str,
+                   calls: list[tuple[str, tuple[Any, ...]]]) -> list[tuple[bool, Any]]:
+        """A follower's side of a forwarded batch: applied in order, each answered alone
+        (``(True, None)`` or ``(False, packed error)``)."""
         role = self._following(database, shard, epoch, leader)
         with role.lock:
             self._following(database, shard, epoch, leader)
-            return getattr(self.host, method)(*args)
+            out: list[tuple[bool, Any]] = []
+            for method, args in calls:
+                ok, value = answer(getattr(self.host, method), *args)
+                out.append((True, None) if ok else (False, value))
+            return out
 
     def install(self, database: str, shard: int, epoch: int, leader: str,
                 relative: str) -> None:
@@ -326,6 +400,33 @@ class Replication:
         with role.lock:
             self._following(database, shard, epoch, leader)
             self.host.replace_shard(database, shard, relative)
+
+
+@dataclass
+class _Mutation:
+    """A client's mutation queued for its shard's next batch, and its outcome."""
+
+    epoch: int
+    method: str
+    args: tuple[Any, ...]
+    done: bool = False
+    result: Any = None
+    error: Exception | None = None
+
+
+def _differs(local: list[Exception | None], answers: list[tuple[bool, Any]]) -> str:
+    """Why a follower's answers to a batch differ from this host's outcomes ('' if not)."""
+    if len(answers) != len(local):
+        return f"{len(answers)} answers to {len(local)} mutations"
+    for i, (mine, (ok, value)) in enumerate(zip(local, answers)):
+        if ok and mine is None:
+            continue
+        theirs = None if ok else unpack_error(value)
+        if theirs is not None and mine is not None and type(theirs) is type(mine):
+            continue
+        return (f"mutation {i}: it {'succeeded' if theirs is None else repr(theirs)}, this "
+                f"host {'succeeded' if mine is None else repr(mine)}")
+    return ""
 
 
 def _check(envelope: Envelope) -> Any:
