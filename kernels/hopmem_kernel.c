@@ -872,18 +872,13 @@ void hm_index_refresh(hm_state *s) {
     index_members(s);
 }
 
-/* Rows [from, size) join their nearest centroids, scored in chunks of rows
- * with the batched dots (bit-equal to index_add's one row at a time). */
-static void index_join(hm_state *s, int64_t from) {
-    int64_t G = s->groups, d = s->dim;
-    const int64_t chunk = 256;
-    float *S = (float *)malloc((size_t)(chunk * G) * sizeof(float));
-    if (!S) {
-        for (int64_t r = from; r < s->size; r++) index_add(s, r);
-        return;
-    }
-    for (int64_t r0 = from; r0 < s->size; r0 += chunk) {
-        int64_t nr = s->size - r0 < chunk ? s->size - r0 : chunk;
+/* Rows [from, size) to their nearest centroids, scored in chunks of rows with the
+ * batched dots (bit-equal to index_add's one row at a time); `touch`: record each
+ * row's group change as index_add does (index_touch). */
+static void index_assign_rows(hm_state *s, float *S, int64_t chunk, int64_t from, int touch) {
+    int64_t G = s->groups, d = s->dim, L = s->size;
+    for (int64_t r0 = from; r0 < L; r0 += chunk) {
+        int64_t nr = L - r0 < chunk ? L - r0 : chunk;
         (s->assign_dots ? s->assign_dots : hm_dots_batch)(s->centroids, G, d,
                                                            s->addresses + r0 * d, nr, S);
         for (int64_t q = 0; q < nr; q++) {
@@ -891,9 +886,25 @@ static void index_join(hm_state *s, int64_t from) {
             int64_t best = 0;
             for (int64_t g = 1; g < G; g++) if (row[g] > row[best]) best = g;
             s->group_of[r0 + q] = (int32_t)best;
-            index_touch(s, r0 + q);
+            if (touch) index_touch(s, r0 + q);
         }
     }
+}
+
+/* Assign every row to its nearest centroid. */
+static void index_assign(hm_state *s, float *S, int64_t chunk) {
+    index_assign_rows(s, S, chunk, 0, 0);
+}
+
+/* Rows [from, size) join their nearest centroids. */
+static void index_join(hm_state *s, int64_t from) {
+    const int64_t chunk = 256;
+    float *S = (float *)malloc((size_t)(chunk * s->groups) * sizeof(float));
+    if (!S) {
+        for (int64_t r = from; r < s->size; r++) index_add(s, r);
+        return;
+    }
+    index_assign_rows(s, S, chunk, from, 1);
     free(S);
     s->index_stale = 1;
 }
@@ -908,22 +919,6 @@ int64_t hm_index_groups(int64_t rows) {
     if (rows < 512) return 0;  /* a scan is as cheap */
     int64_t g = (int64_t)(2.0 * sqrt((double)rows));
     return g < 16 ? 16 : g;
-}
-
-/* Assign every row to its nearest centroid (scores in chunks of rows). */
-static void index_assign(hm_state *s, float *S, int64_t chunk) {
-    int64_t G = s->groups, d = s->dim, L = s->size;
-    for (int64_t r0 = 0; r0 < L; r0 += chunk) {
-        int64_t nr = L - r0 < chunk ? L - r0 : chunk;
-        (s->assign_dots ? s->assign_dots : hm_dots_batch)(s->centroids, G, d,
-                                                           s->addresses + r0 * d, nr, S);
-        for (int64_t q = 0; q < nr; q++) {
-            const float *row = S + q * G;
-            int64_t best = 0;
-            for (int64_t g = 1; g < G; g++) if (row[g] > row[best]) best = g;
-            s->group_of[r0 + q] = (int32_t)best;
-        }
-    }
 }
 
 /* Spherical k-means over s's rows into s->centroids (seeded with evenly
