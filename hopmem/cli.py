@@ -97,9 +97,12 @@ def _cmd_mcp(args: argparse.Namespace) -> int:
 def _shard_line(database: str, state: dict[str, Any]) -> str:
     lag = state.get("lag") or {}
     lags = " ".join(f"{h}={'lost' if v is None else v}" for h, v in lag.items())
+    caught = " ".join(
+        f"{h}={'journal ' + str(r['entries']) + ' entries' if r['how'] == 'journal' else 'full copy'}"
+        for h, r in (state.get("caught_up") or {}).items() if r)
     return (f"{database} shard {state['shard']}: leader {state['leader']}, epoch {state['epoch']}, "
             f"replicas {','.join(state['replicas'])}, in sync {','.join(state['isr'])}"
-            + (f", lag {lags}" if lags else ""))
+            + (f", lag {lags}" if lags else "") + (f", last catch-up {caught}" if caught else ""))
 
 
 def _cmd_shard(args: argparse.Namespace) -> int:

@@ -35,9 +35,10 @@ class CatalogActor:
         return str(ray.get_runtime_context().get_node_id())
 
 
-#: What one host asks another: a forwarded mutation, a chunk of a copy, installing it, and
-#: whether it answers at all.
-REPLICATION_CALLS = frozenset({"apply_many", "receive_chunk", "install", "pid"})
+#: What one host asks another: journal entries to apply, its journal position, a chunk of a
+#: copy, installing it, and whether it answers at all.
+REPLICATION_CALLS = frozenset({"apply_entries", "log_position", "receive_chunk", "install",
+                               "pid"})
 
 
 class RayPeers:

@@ -46,6 +46,7 @@ from ..store.names import COLLECTION_NAME_MAX, check_collection_name, check_data
 from .partitions import PartitionedCollection
 from .placement import stable_shard
 from .replication import mutates
+from .shardlog import new_history
 from .wire import Envelope, HostLost, NotHere, NotLeader, NotOpen, StaleEpoch, unpack_error
 
 __all__ = ["ClusterDataDir", "ClusterDatabase", "ClusterCollection", "ClusterAgentMemory",
@@ -239,8 +240,9 @@ class ClusterDataDir:
             for envelope in self._t.host_many(calls[1:], True):
                 _value(envelope)
             if replicas > 1:
+                histories = [new_history() for _ in record["replication"]]
                 roles = [(host, "become", (name, i, state["epoch"], state["leader"],
-                                           state["replicas"][1:], True))
+                                           state["replicas"][1:], True, histories[i]))
                          for i, state in enumerate(record["replication"])
                          for host in state["replicas"]]
                 for envelope in self._t.host_many(roles, True):
@@ -310,12 +312,15 @@ class ClusterDataDir:
     def shard_states(self, name: str, *, lag: bool = False) -> builtins.list[dict[str, Any]]:
         """Every shard of database ``name``: ``{shard, leader, replicas, isr, epoch}``, and
         with ``lag`` each replica's journal entries behind its leader (``lag``: host ->
-        entries, None for a host that is lost or does not answer)."""
-        from .repair import shard_lag
+        entries, None for a host that is lost or does not answer) and what the last
+        catch-up of each copy did (``caught_up``: host -> ``{how: "journal" | "copy",
+        entries, mutations, bytes, why, seconds, epoch, at}``, as its leader recorded it)."""
+        from .repair import shard_catch_ups, shard_lag
         states = list(self._t.catalog("database", check_database_name(name))["replication"])
         if lag:
             for state in states:
                 state["lag"] = shard_lag(self._t, name, state)
+                state["caught_up"] = shard_catch_ups(self._t, name, state)
         return states
 
     def repair(self) -> builtins.list[dict[str, Any]]:
@@ -323,10 +328,12 @@ class ClusterDataDir:
 
         Starts a shard host on each live node that has none, fails over shards
         whose leader's node is gone, forgets copies on lost hosts, and fills
-        the missing copies (a full copy of the leader's shard) on live hosts,
-        on nodes the shard is not on yet where possible. Returns when every
-        copy it could place is in sync: one ``{database, shard, leader,
-        replicas, isr, epoch, copied}`` per replicated shard.
+        the missing copies on live hosts, on nodes the shard is not on yet
+        where possible (the leader's journal entries a returning copy lacks,
+        else a full copy of the leader's shard). Returns when every copy it
+        could place is in sync: one ``{database, shard, leader, replicas, isr,
+        epoch, copied, caught_up}`` per replicated shard (``caught_up``: what
+        each copy's catch-up did, see :meth:`shard_states`).
         """
         from .repair import repair
         out = repair(self._t)

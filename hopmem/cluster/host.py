@@ -34,6 +34,7 @@ from ..store import Database
 from ..store.datadir import purge_trash_folder
 from ..store.names import check_collection_name, check_database_name
 from .replication import Replication
+from .shardlog import DEFAULT_BYTES, DEFAULT_ENTRIES
 from .wire import NotHere, NotOpen
 
 __all__ = ["ShardHost", "shard_file", "agent_file", "COLLECTION_METHODS", "DATABASE_METHODS"]
@@ -78,7 +79,8 @@ class ShardHost:
     """Shard files under ``root``, opened on demand; thread safe (calls run concurrently)."""
 
     def __init__(self, host_id: str, root: str, replica_timeout: float = 5.0,
-                 **options: Any) -> None:
+                 replica_journal_entries: int = DEFAULT_ENTRIES,
+                 replica_journal_mb: float = DEFAULT_BYTES / (1 << 20), **options: Any) -> None:
         self.host_id = host_id
         self.root = os.path.abspath(root)
         os.makedirs(self.root, exist_ok=True)
@@ -90,7 +92,9 @@ class ShardHost:
         self._write_ids: dict[str, bool] = {}
         self._agents: dict[tuple[str, int, str], Any] = {}
         #: Replicated shards: this host's role in each, and the leader's forwarding.
-        self.replication = Replication(self, timeout=float(replica_timeout))
+        self.replication = Replication(self, timeout=float(replica_timeout),
+                                       journal_entries=int(replica_journal_entries),
+                                       journal_bytes=int(float(replica_journal_mb) * (1 << 20)))
         logger.info("shard host %s serving %s (pid %d)", host_id, self.root, os.getpid())
 
     # -- about the host -------------------------------------------------------------------------
@@ -148,6 +152,7 @@ class ShardHost:
         """Close the shard and move its files into ``ROOT/.trash``; False if absent."""
         key = (database, shard)
         path = shard_file(self.root, database, shard)
+        self.replication.forget(database, shard)
         with self._cond:
             self._close_agents(database, shard)
             db = self._open.pop(key, None)
@@ -423,8 +428,8 @@ class ShardHost:
         return self.replication.lead(database, shard, epoch, method, args)
 
     def become(self, database: str, shard: int, epoch: int, leader: str, followers: list[str],
-               synced: bool = False) -> None:
-        self.replication.become(database, shard, epoch, leader, followers, synced)
+               synced: bool = False, history: str | None = None) -> None:
+        self.replication.become(database, shard, epoch, leader, followers, synced, history)
 
     def catch_up(self, database: str, shard: int, epoch: int, target: str) -> dict[str, Any]:
         return self.replication.catch_up(database, shard, epoch, target)
@@ -432,12 +437,21 @@ class ShardHost:
     def role(self, database: str, shard: int) -> dict[str, Any] | None:
         return self.replication.role(database, shard)
 
-    def apply_many(self, database: str, shard: int, epoch: int, leader: str,
-                   calls: list[tuple[str, tuple[Any, ...]]]) -> list[tuple[bool, Any]]:
-        return self.replication.apply_many(database, shard, epoch, leader, calls)
+    def apply_entries(self, database: str, shard: int, epoch: int, leader: str, history: str,
+                      prev_epoch: int, entries: list[tuple[int, int, list[Any]]]) -> list[Any]:
+        return self.replication.apply_entries(database, shard, epoch, leader, history,
+                                              prev_epoch, entries)
 
-    def install(self, database: str, shard: int, epoch: int, leader: str, relative: str) -> None:
-        self.replication.install(database, shard, epoch, leader, relative)
+    def log_position(self, database: str, shard: int) -> tuple[str, int, int] | None:
+        return self.replication.position(database, shard)
+
+    def catch_ups(self, database: str, shard: int) -> dict[str, dict[str, Any]]:
+        """What the last catch-up of each copy of the shard did (this host leading it)."""
+        return self.replication.catch_ups(database, shard)
+
+    def install(self, database: str, shard: int, epoch: int, leader: str, relative: str,
+                position: tuple[str, int, int]) -> None:
+        self.replication.install(database, shard, epoch, leader, relative, position)
 
     def receive_chunk(self, relative: str, offset: int, data: bytes) -> int:
         return self.write_chunk(relative, offset, data)

@@ -4,9 +4,10 @@
   live node is promoted (a compare-and-set on the epoch in the catalog: of
   several clients racing, one wins and the others follow it).
 * :func:`repair`: start a host on every live node without one, fail over
-  shards led from lost nodes, forget copies on lost hosts, and fill the
-  missing copies with a full copy of the leader's shard until each shard has
-  R in-sync copies again (or as many as there are live hosts).
+  shards led from lost nodes, forget copies on lost hosts, and catch up the
+  missing copies from the leader (the suffix of its replication journal a
+  copy lacks, or a full copy of the shard) until each shard has R in-sync
+  copies again (or as many as there are live hosts).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from ..errors import StoreError
 from .catalog import pick_hosts
 from .wire import HostLost, StaleEpoch, unpack_error
 
-__all__ = ["fail_over", "repair", "shard_lag"]
+__all__ = ["fail_over", "repair", "shard_lag", "shard_catch_ups"]
 
 logger = logging.getLogger("hopmem.cluster")
 
@@ -68,6 +69,16 @@ def shard_lag(transport: Any, database: str, state: dict[str, Any]) -> dict[str,
     return {h: None if s is None or top is None else max(0, top - s) for h, s in seqs.items()}
 
 
+def shard_catch_ups(transport: Any, database: str, state: dict[str, Any]
+                    ) -> dict[str, dict[str, Any]]:
+    """What the last catch-up of each copy did, as its leader recorded it (see
+    :meth:`.replication.Replication.catch_ups`); {} if the leader does not answer."""
+    try:
+        return dict(_call(transport, state["leader"], "catch_ups", database, state["shard"]))
+    except Exception:  # noqa: BLE001 - a leader that cannot answer reports nothing
+        return {}
+
+
 def repair(transport: Any) -> list[dict[str, Any]]:
     """Restore R in-sync copies of every shard of every replicated database (see module)."""
     added = transport.add_node_hosts()
@@ -103,16 +114,17 @@ def repair(transport: Any) -> list[dict[str, Any]]:
             new = pick_hosts({h: load[h] for h in live}, node, R - len(keep), keep)
             for h in new:
                 load[h] += 1
-            copied = []
+            copied, caught_up = [], {}
             for target in [h for h in keep if h not in state["isr"]] + new:
                 try:
                     state = _call(transport, leader, "catch_up", name, shard, epoch, target)
                     copied.append(target)
+                    caught_up[target] = state.pop("caught_up", None)
                 except HostLost:
                     raise
                 except Exception as exc:  # noqa: BLE001 - reported; the next repair retries
                     logger.warning("repair: shard %d of %r onto %s failed (%s)", shard, name,
                                    target, exc)
             state = transport.catalog("shard_state", name, shard)
-            out.append({"database": name, **state, "copied": copied})
+            out.append({"database": name, **state, "copied": copied, "caught_up": caught_up})
     return out

@@ -22,11 +22,18 @@ acknowledged: a deposed leader cannot acknowledge anything. Followers refuse
 messages from an epoch older than the newest they know, and a host refuses to
 lead at an epoch the catalog does not give it.
 
-A follower is (re)filled by a full copy of the leader's shard (SQLite's online
-backup, sent in chunks through Ray's object store as a move does) while the
-leader holds the shard's lock; it then joins the in-sync set. A leader that
+Every batch is one entry of the shard's replication journal
+(:mod:`.shardlog`), kept by the leader and by each follower that applies it.
+A copy that missed entries is caught up by replaying the leader's entries
+after its position (first without the shard's lock, then the last ones
+under it); one whose position the leader cannot continue (it restarted, the
+entries it needs are no longer kept, or it applied a write the leader never
+had, like a deposed leader) is refilled by a full copy of the leader's shard
+(SQLite's online backup, sent in chunks through Ray's object store as a
+move does) under the shard's lock. It then joins the in-sync set. What each
+catch-up did is recorded (:meth:`Replication.catch_ups`). A leader that
 took a follower out of the in-sync set keeps trying, in the background, to
-catch it up this way once it answers again (a restarted process, a node
+catch it up once it answers again (a restarted or paused process, a node
 back); ``repair`` does it for copies on lost hosts.
 
 Plain Python: the host actor gives :class:`Replication` its peers (calls to
@@ -45,7 +52,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..errors import InvalidInput, StoreError
-from .wire import Envelope, NotHere, NotLeader, StaleEpoch, answer, unpack_error
+from .shardlog import DEFAULT_BYTES, DEFAULT_ENTRIES, ShardLog, new_history
+from .wire import Envelope, NotHere, NotLeader, OutOfSync, StaleEpoch, answer, unpack_error
 
 __all__ = ["Replication", "Peers", "Pending", "mutates", "REPLICATED_METHODS"]
 
@@ -103,11 +111,18 @@ class Role:
 class Replication:
     """The replication side of a shard host (``host``: a :class:`~.host.ShardHost`)."""
 
-    def __init__(self, host: Any, timeout: float = 5.0) -> None:
+    def __init__(self, host: Any, timeout: float = 5.0, journal_entries: int = DEFAULT_ENTRIES,
+                 journal_bytes: int = DEFAULT_BYTES) -> None:
         self.host = host
         self.peers: Peers | None = None
         self.timeout = timeout
+        self.journal_entries = int(journal_entries)
+        self.journal_bytes = int(journal_bytes)
         self._roles: dict[tuple[str, int], Role] = {}
+        #: Each replicated shard's replication journal here (absent: position unknown).
+        self._logs: dict[tuple[str, int], ShardLog] = {}
+        #: What the last catch-up of each copy did, per shard this host led it for.
+        self._catch_ups: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
         #: Mutations waiting for their shard's lock: the holder runs them all as one batch.
         self._queues: dict[tuple[str, int], list[_Mutation]] = {}
         self._guard = threading.Lock()
@@ -143,8 +158,9 @@ class Replication:
             return role
 
     def become(self, database: str, shard: int, epoch: int, leader: str,
-               followers: list[str], synced: bool) -> None:
-        """Take role ``leader``/``followers`` at ``epoch`` (a new shard: ``synced``)."""
+               followers: list[str], synced: bool, history: str | None = None) -> None:
+        """Take role ``leader``/``followers`` at ``epoch``; a new shard is ``synced``, every
+        copy starting replication journal ``history`` (the same on each) empty."""
         key = (database, shard)
         with self._guard:
             old = self._roles.get(key)
@@ -156,13 +172,39 @@ class Replication:
             if old is not None:
                 role.lock = old.lock
             self._roles[key] = role
+            if synced:
+                self._logs[key] = self._new_log(history or f"{database}/{shard}/e{epoch}")
+
+    def _new_log(self, history: str, base: int = 0, base_epoch: int = 0) -> ShardLog:
+        return ShardLog(history, base, base_epoch, max_entries=self.journal_entries,
+                        max_bytes=self.journal_bytes)
+
+    def forget(self, database: str, shard: int) -> None:
+        """The shard was dropped here: forget its role and journal."""
+        key = (database, shard)
+        with self._guard:
+            self._roles.pop(key, None)
+            self._logs.pop(key, None)
+            self._catch_ups.pop(key, None)
+
+    def position(self, database: str, shard: int) -> tuple[str, int, int] | None:
+        """``(history, position, epoch)`` of the last journal entry applied here (None:
+        unknown, e.g. this process restarted)."""
+        log = self._logs.get((database, shard))
+        return None if log is None else log.position()
+
+    def catch_ups(self, database: str, shard: int) -> dict[str, dict[str, Any]]:
+        """What the last catch-up of each copy did, as this host (its leader) ran it:
+        ``{host: {how: "journal" | "copy", entries, mutations, bytes, why, seconds, epoch}}``."""
+        return {h: dict(r) for h, r in self._catch_ups.get((database, shard), {}).items()}
 
     def role(self, database: str, shard: int) -> dict[str, Any] | None:
         """``{epoch, leader, followers}`` as this host knows it, or None."""
         role = self._roles.get((database, shard))
         if role is None:
             return None
-        return {"epoch": role.epoch, "leader": role.leader, "followers": list(role.followers)}
+        return {"epoch": role.epoch, "leader": role.leader, "followers": list(role.followers),
+                "position": self.position(database, shard)}
 
     def _leading(self, database: str, shard: int, epoch: int) -> Role:
         role = self._roles.get((database, shard))
@@ -214,12 +256,17 @@ class Replication:
         try:
             role = self._leading(database, shard, epoch)
             if role.unsynced:
-                self._refill_all(database, shard, role)
+                self._resync_all(database, shard, role)
+            log = self._leader_log(key)
+            with self._guard:
+                prev_epoch = log.last_epoch
+                entry = log.append(epoch, [(m.method, m.args) for m in batch])
             # Forwarded first, applied here meanwhile: the shard's lock is held until every
             # follower answered, so one batch of the shard is in flight at a time and the
             # followers apply the mutations in this host's order.
-            sent = self._send(database, shard, role, "apply_many",
-                              ([(m.method, m.args) for m in batch],))
+            sent = self._send(database, shard, role, "apply_entries",
+                              (log.history, prev_epoch,
+                               [(entry.pos, entry.epoch, entry.calls)]))
             outcomes: list[Exception | None] = []
             for m in batch:
                 try:
@@ -256,7 +303,9 @@ class Replication:
         failed: list[str] = []
         for follower, pending in sent:
             ok, value = pending(max(deadline - time.monotonic(), 0.001))
-            why = _differs(local, value) if ok else repr(unpack_error(value))
+            # value: one answer per entry sent (None: it had applied that entry already).
+            why = (value[0] is not None and _differs(local, value[0])) if ok \
+                else repr(unpack_error(value))
             if why:
                 logger.warning("shard %d of %r: follower %s leaves the in-sync set (%s)", shard,
                                database, follower, why)
@@ -298,25 +347,95 @@ class Replication:
                 logger.info("shard %d of %r: %s not caught up yet (%s)", shard, database, host,
                             exc)
 
-    def _refill_all(self, database: str, shard: int, role: Role) -> None:
-        """After taking over leadership: copy this shard to every follower (they may lack or
-        hold a write this host does not); the ones that fail leave the in-sync set."""
+    def _leader_log(self, key: tuple[str, int]) -> ShardLog:
+        """This leader's journal of the shard; a new history if its position is unknown (its
+        process restarted): copies then catch up from it by a full copy."""
+        with self._guard:
+            log = self._logs.get(key)
+            if log is None:
+                log = self._logs[key] = self._new_log(new_history())
+            return log
+
+    def _resync_all(self, database: str, shard: int, role: Role) -> None:
+        """After taking over leadership: catch up every follower (they may lack a write this
+        host has: the journal's suffix; or hold one it does not: a full copy); the ones that
+        fail leave the in-sync set."""
         failed = []
         for follower in list(role.followers):
             try:
-                self._copy_to(database, shard, role, follower)
+                self._sync(database, shard, role, follower, locked=True)
             except Exception as exc:  # noqa: BLE001 - a follower that cannot be refilled leaves
-                logger.warning("shard %d of %r: refilling %s failed (%s)", shard, database,
+                logger.warning("shard %d of %r: catching up %s failed (%s)", shard, database,
                                follower, exc)
                 failed.append(follower)
         if failed:
             self._shrink(database, shard, role, failed)
         role.unsynced = False
 
-    def _copy_to(self, database: str, shard: int, role: Role, target: str) -> int:
-        """Copy this shard's file to ``target`` and make it a follower there (caller holds the
-        shard's lock, so no write runs meanwhile). Returns the bytes copied."""
+    def _sync(self, database: str, shard: int, role: Role, target: str, locked: bool,
+              before: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Bring ``target`` to this leader's journal position: replay the entries after its
+        own if it is in this leader's history and they are still kept, else (only when the
+        caller holds the shard's lock, ``locked``) a full copy. Returns what it did (with
+        what an unlocked pass ``before`` it did); records it when ``locked`` (the catch-up
+        is complete then)."""
+        key = (database, shard)
+        started = time.perf_counter()
+        log = self._leader_log(key)
         peers = self._peers()
+        answered = _check(peers.replicate(target, "log_position", (database, shard),
+                                          self.timeout))
+        position = None if answered is None else \
+            (str(answered[0]), int(answered[1]), int(answered[2]))
+        with self._guard:
+            why = log.why_not_suffix(position)
+            missing = [] if why or position is None else log.after(position[1])
+            prev_epoch = 0 if why or position is None else log.epoch_at(position[1])
+            history = log.history
+        record: dict[str, Any]
+        if not why:
+            sent = 0
+            while sent < len(missing):
+                chunk: list[tuple[int, int, list[Any]]] = []
+                size = 0
+                for entry in missing[sent:]:
+                    if chunk and size + entry.size > _CHUNK:
+                        break
+                    chunk.append((entry.pos, entry.epoch, entry.calls))
+                    size += entry.size
+                _check(peers.replicate(target, "apply_entries",
+                                       (database, shard, role.epoch, self.me, history,
+                                        prev_epoch, chunk), 4 * self.timeout))
+                prev_epoch = chunk[-1][1]
+                sent += len(chunk)
+            record = {"how": "journal", "entries": len(missing),
+                      "mutations": sum(len(e.calls) for e in missing), "bytes": 0, "why": ""}
+            if before is not None and before["how"] == "journal":
+                record["entries"] += before["entries"]
+                record["mutations"] += before["mutations"]
+                started -= before["seconds"]
+        elif not locked:
+            return {"how": "none", "why": why, "seconds": 0.0}
+        else:
+            size = self._copy_to(database, shard, role, target)
+            record = {"how": "copy", "entries": 0, "mutations": 0, "bytes": size, "why": why}
+        record.update(seconds=round(time.perf_counter() - started, 4), epoch=role.epoch,
+                      at=time.time())
+        if locked:
+            with self._guard:
+                self._catch_ups.setdefault(key, {})[target] = record
+            logger.info("shard %d of %r: %s caught up by %s", shard, database, target,
+                        f"a journal suffix of {record['entries']} entries"
+                        if record["how"] == "journal" else
+                        f"a full copy of {record['bytes']} bytes ({why})")
+        return record
+
+    def _copy_to(self, database: str, shard: int, role: Role, target: str) -> int:
+        """Copy this shard's file to ``target`` and make it a follower there, at this
+        leader's journal position (caller holds the shard's lock, so no write runs
+        meanwhile). Returns the bytes copied."""
+        peers = self._peers()
+        log = self._leader_log((database, shard))
         relative = f".replicas/{database}-{shard:04d}-e{role.epoch}-{target}.hopmem"
         db = self.host.database_for_copy(database, shard)
         db.checkpoint()
@@ -337,29 +456,34 @@ class Replication:
                     if not data:
                         break
             _check(peers.replicate(target, "install", (database, shard, role.epoch, self.me,
-                                                       relative), 4 * self.timeout))
+                                                       relative, log.position()),
+                                   4 * self.timeout))
         finally:
             with contextlib.suppress(OSError):
                 os.remove(path)
         return size
 
     def catch_up(self, database: str, shard: int, epoch: int, target: str) -> dict[str, Any]:
-        """Fill ``target`` with a full copy of this shard and add it to the in-sync set
-        (repair's step). Returns the shard's state."""
+        """Bring ``target`` up to this shard (a journal suffix, else a full copy) and add it
+        to the in-sync set (repair's step). Returns the shard's state and, as
+        ``caught_up``, what the catch-up did."""
         role = self._leading(database, shard, epoch)
+        # Most of a journal suffix goes while writes continue; the rest under the lock.
+        before = None
+        with contextlib.suppress(Exception):
+            before = self._sync(database, shard, role, target, locked=False)
         with role.lock:
             role = self._leading(database, shard, epoch)
             if role.unsynced:
-                self._refill_all(database, shard, role)
-            size = self._copy_to(database, shard, role, target)
+                self._resync_all(database, shard, role)
+            record = self._sync(database, shard, role, target, locked=True, before=before)
             try:
                 state: dict[str, Any] = self._peers().catalog(
                     "expand_isr", database, shard, epoch, self.me, target)
             except StaleEpoch as exc:
                 raise NotLeader(str(exc)) from None
             role.followers = [h for h in state["isr"] if h != self.me]
-        logger.info("shard %d of %r: %s caught up (%d bytes)", shard, database, target, size)
-        return {**state, "bytes": size}
+        return {**state, "bytes": record["bytes"], "caught_up": record}
 
     # -- the follower -------------------------------------------------------------------------
 
@@ -380,26 +504,58 @@ class Replication:
                 role = self._roles[key] = new
             return role
 
-    def apply_many(self, database: str, shard: int, epoch: int, leader: str,
-                   calls: list[tuple[str, tuple[Any, ...]]]) -> list[tuple[bool, Any]]:
-        """A follower's side of a forwarded batch: applied in order, each answered alone
-        (``(True, None)`` or ``(False, packed error)``)."""
+    def apply_entries(self, database: str, shard: int, epoch: int, leader: str, history: str,
+                      prev_epoch: int, entries: list[tuple[int, int, list[Any]]]
+                      ) -> list[list[tuple[bool, Any]] | None]:
+        """A follower's side of journal entries ``(position, epoch, calls)`` from ``leader``:
+        the first must follow this copy's last entry (same history, its position - 1 with
+        epoch ``prev_epoch``), else :class:`OutOfSync`. Each call is applied in order and
+        answered alone (``(True, None)`` or ``(False, packed error)``); an entry applied here
+        already (a repeated message) is skipped and answers None."""
+        key = (database, shard)
         role = self._following(database, shard, epoch, leader)
         with role.lock:
             self._following(database, shard, epoch, leader)
-            out: list[tuple[bool, Any]] = []
-            for method, args in calls:
-                ok, value = answer(getattr(self.host, method), *args)
-                out.append((True, None) if ok else (False, value))
+            log = self._logs.get(key)
+            if not entries:
+                return []
+            first = entries[0][0]
+            if log is None or log.history != history or log.epoch_at(first - 1) != prev_epoch:
+                raise OutOfSync(
+                    f"host {self.me}: shard {shard} of {database!r} is at "
+                    f"{'an unknown position' if log is None else log.position()}; refused "
+                    f"entries {first}.. of history {history} after epoch {prev_epoch}")
+            out: list[list[tuple[bool, Any]] | None] = []
+            for pos, entry_epoch, calls in entries:
+                if pos <= log.pos:
+                    known = log.epoch_at(pos)
+                    if known is not None and known != entry_epoch:
+                        raise OutOfSync(f"host {self.me}: entry {pos} of shard {shard} of "
+                                        f"{database!r} is of epoch {known}, not {entry_epoch}")
+                    out.append(None)
+                    continue
+                results: list[tuple[bool, Any]] = []
+                for method, args in calls:
+                    ok, value = answer(getattr(self.host, method), *args)
+                    results.append((True, None) if ok else (False, value))
+                log.append(entry_epoch, calls)
+                out.append(results)
             return out
 
     def install(self, database: str, shard: int, epoch: int, leader: str,
-                relative: str) -> None:
-        """Replace this host's copy of the shard with the leader's copy ``relative``."""
+                relative: str, position: tuple[str, int, int]) -> None:
+        """Replace this host's copy of the shard with the leader's copy ``relative``, taken
+        at the leader's journal ``position``."""
+        key = (database, shard)
         role = self._following(database, shard, epoch, leader)
         with role.lock:
             self._following(database, shard, epoch, leader)
+            with self._guard:
+                self._logs.pop(key, None)  # unknown while the file is swapped
             self.host.replace_shard(database, shard, relative)
+            history, pos, last_epoch = position
+            with self._guard:
+                self._logs[key] = self._new_log(history, int(pos), int(last_epoch))
 
 
 @dataclass

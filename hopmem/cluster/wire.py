@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import StoreError
 
 __all__ = ["pack_error", "unpack_error", "NotHere", "NotOpen", "NotLeader", "StaleEpoch", "HostLost",
-           "Envelope", "answer"]
+           "OutOfSync", "Envelope", "answer"]
 
 Envelope = tuple[bool, Any]
 
@@ -40,6 +40,11 @@ class HostLost(StoreError):
 
 class StaleEpoch(Exception):
     """A message or a catalog change from an older epoch (a deposed leader): refused."""
+
+
+class OutOfSync(Exception):
+    """A follower was sent replication journal entries that do not follow its last one (it
+    missed entries, restarted, or holds another history): it must be caught up first."""
 
 
 class NotOpen(Exception):
