@@ -7,13 +7,18 @@ killed) while four clients write; half of the rounds delete the node's data
 directory too. Every acknowledged write must be present afterwards, exactly
 once; writes must be accepted again within 10 s; after a repair every copy's
 snapshot must equal its leader's bit for bit. A leader whose epoch is stale
-must not acknowledge a write.
+must not acknowledge a write, even one sent while it was frozen (SIGSTOP: alive,
+but unable to answer or reach anything) and delivered after a new leader was
+promoted. A follower frozen while writes go on catches up, once it answers
+again, from the leader's replication journal; one too far behind, or a
+deposed leader holding a write nobody acknowledged, by a full copy.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -35,6 +40,8 @@ os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
 
 D = 16
 WORKERS = 3
+#: Replication journal entries each host keeps per shard (small: the too-far-behind test).
+JOURNAL = 40
 
 
 class Nodes:
@@ -47,6 +54,10 @@ class Nodes:
         os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
         os.environ["RAY_worker_niceness"] = "0"
         self.temp = tempfile.mkdtemp(prefix="hmr-")
+        # Cluster.add_node records the head's address in Ray's default temp dir, which may
+        # not exist yet (the head's own files go to self.temp).
+        from ray._private.utils import get_ray_address_file
+        os.makedirs(os.path.dirname(get_ray_address_file(None)), exist_ok=True)
         self.cluster = Cluster(initialize_head=True, head_node_args={
             "num_cpus": 1, "include_dashboard": False, "node_ip_address": "127.0.0.1",
             "temp_dir": self.temp, "object_store_memory": 80 << 20})
@@ -54,7 +65,8 @@ class Nodes:
         import hopmem.cluster
         self.root = root
         self.hopmem = hopmem.cluster.connect(self.cluster.address, root=root, retry_timeout=20.0,
-                                             replica_timeout=3.0)
+                                             replica_timeout=3.0,
+                                             replica_journal_entries=JOURNAL)
 
     def add(self):
         return self.cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1",
@@ -222,11 +234,114 @@ def test_a_stale_leader_cannot_acknowledge_a_write(nodes, request):
     ok, err = t.host(stale_leader, "lead", ("fence", 0, 2, "collection_call", args), True)
     assert not ok and isinstance(unpack_error(err), NotLeader)
     assert [d.metadata for d in coll.documents.list()] == [1, 2, 3, 4]  # no 99 on the leader
-    # The deposed leader rejoins as a follower through repair (a full copy), bit-identical.
+    # The deposed leader rejoins as a follower through repair: a full copy, since it holds a
+    # write (99) the new leader never had; then bit-identical.
     report = c.repair()
-    assert any(r["database"] == "fence" and r["copied"] == [stale_leader] for r in report)
+    mine = next(r for r in report if r["database"] == "fence")
+    assert mine["copied"] == [stale_leader]
+    assert mine["caught_up"][stale_leader]["how"] == "copy", mine
+    assert "never acknowledged" in mine["caught_up"][stale_leader]["why"]
     _copies_equal_leader(c, db, ["c"])
     c.drop("fence")
+
+
+def _pid(cluster, host: str) -> int:
+    ok, pid = cluster.transport.host(host, "pid", (), True)
+    assert ok, pid
+    return int(pid)
+
+
+def _wait_in_sync(db, shard: int, seconds: float = 40.0) -> dict:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        db.refresh()
+        state = db.replication[shard]
+        if len(state["isr"]) == 2:
+            return state
+        time.sleep(0.2)
+    raise AssertionError(f"shard {shard} not back in sync: {db.replication[shard]}")
+
+
+def test_a_leader_frozen_while_a_new_one_is_promoted_cannot_acknowledge_a_write(nodes, request):
+    """The leader's process is frozen (SIGSTOP: alive, unable to answer or reach the
+    catalog, as if cut off), a client's write to it waits in its queue, the follower is
+    promoted (as a client that lost the leader would) and acknowledges writes; when the old
+    leader runs again, the queued write is refused, not acknowledged."""
+    if isinstance(nodes, Alone):
+        return nodes.check(request.node.name)
+    c = nodes.hopmem
+    t = c.transport
+    db = c.create("frozen", D, shards=1, replicas=2)
+    coll = db.collection("c")
+    coll.write(clustered(3, D, rng=1), metadata=[1, 2, 3])
+    old = db.replication[0]
+    stale, follower = old["leader"], old["isr"][1]
+    pid = _pid(c, stale)
+    os.kill(pid, signal.SIGSTOP)
+    answers: list = []
+    try:
+        args = ("frozen", 0, "c", "write", (clustered(1, D, rng=3),),
+                {"metadata": [99], "write_id": "queued-1"})
+        sender = threading.Thread(target=lambda: answers.append(t.host(
+            stale, "lead", ("frozen", 0, old["epoch"], "collection_call", args), False)))
+        sender.start()
+        time.sleep(0.3)
+        state = t.catalog("promote", "frozen", 0, old["epoch"], stale, follower)
+        ok, err = t.host(follower, "become", ("frozen", 0, state["epoch"], follower, [], False),
+                         True)
+        assert ok, err
+        db.refresh()
+        assert coll.write(clustered(1, D, rng=2), metadata=[4]).ids == [4]  # the new leader
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    sender.join(30)
+    assert answers, "the queued write never answered"
+    ok, err = answers[0]
+    from hopmem.cluster.wire import NotLeader, unpack_error
+    assert not ok and isinstance(unpack_error(err), NotLeader), answers
+    assert [d.metadata for d in coll.documents.list()] == [1, 2, 3, 4]
+    report = next(r for r in c.repair() if r["database"] == "frozen")
+    assert report["caught_up"][stale]["how"] == "copy", report  # it committed 99 itself
+    _copies_equal_leader(c, db, ["c"])
+    c.drop("frozen")
+
+
+def test_a_frozen_follower_catches_up_from_the_leader_journal(nodes, request):
+    """A follower frozen (SIGSTOP) while writes go on leaves the in-sync set after the
+    replica timeout; when it runs again the leader catches it up on its own, by the entries
+    of its replication journal the follower lacks, and it equals the leader bit for bit. A
+    follower frozen longer than the leader's journal reaches gets a full copy."""
+    if isinstance(nodes, Alone):
+        return nodes.check(request.node.name)
+    c = nodes.hopmem
+    db = c.create("paused", D, shards=1, replicas=2)
+    coll = db.collection("c")
+    coll.write(clustered(3, D, rng=1), metadata=[0, 1, 2])
+    state = db.replication[0]
+    follower = state["isr"][1]
+    k = 3
+    for behind, expect in ((10, "journal"), (JOURNAL + 10, "copy")):
+        pid = _pid(c, follower)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            for _ in range(behind):  # the first waits for the replica timeout
+                coll.write(clustered(1, D, rng=k), metadata=[k], write_id=f"p{k}")
+                k += 1
+            db.refresh()
+            assert db.replication[0]["isr"] == [state["leader"]]
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        _wait_in_sync(db, 0)
+        states = c.shard_states("paused", lag=True)
+        done = states[0]["caught_up"][follower]
+        assert done["how"] == expect, done
+        if expect == "journal":
+            # The first write of the pause reached it (it applies it when it runs again).
+            assert behind - 1 <= done["entries"] <= behind, done
+        assert states[0]["lag"] == {state["leader"]: 0, follower: 0}
+        _copies_equal_leader(c, db, ["c"])
+    assert [d.metadata for d in coll.documents.list(limit=1000)] == list(range(k))
+    c.drop("paused")
 
 
 def test_a_write_id_retried_across_a_failover_is_applied_once(nodes, request):
