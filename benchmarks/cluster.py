@@ -28,7 +28,12 @@ Figures (each the median of ``--runs`` runs; the same for single-node hopmem):
   R = 2 copies of each shard against R = 1; reads/s of 16 threads (exact
   top-10 over ``--docs`` / 2 documents) from one collection of R = 2 with
   ``read_from="any"`` (both copies) against ``read_from="leader"`` (one
-  copy) and against R = 1.
+  copy) and against R = 1. With each phase, the CPU time per call that the
+  shard hosts and the client process spent (``host_cpu_ms_*``,
+  ``client_cpu_ms_*``, from ``/proc``), the mutations per replication
+  journal entry at R = 2 (one forwarded call each), and the load average
+  (``load_*``): on a machine the hosts share with the client and other work,
+  these say where the time went.
 
 Starting Ray takes 5-10 s per cluster; the script starts one for the library
 figures and one per HTTP run (inside the server).
@@ -263,6 +268,38 @@ def _clients(fn: Callable[[int, int], Any], clients: int, seconds: float) -> tup
     return len(flat) / elapsed, 1e3 * statistics.median(flat)
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux; 0 elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _measured(fn: Callable[[int, int], Any], clients: int, seconds: float, host_pids: list[int],
+              label: str, fig: dict[str, float]) -> None:
+    """:func:`_clients`, recording calls/s, p50 and the CPU per call of hosts and client."""
+    hosts0 = sum(_cpu_seconds(p) for p in host_pids)
+    client0 = sum(os.times()[:2])
+    rate, p50 = _clients(fn, clients, seconds)
+    calls = max(rate * seconds, 1.0)
+    fig[f"{label}_per_s"], fig[f"{label}_p50_ms"] = rate, p50
+    fig[f"host_cpu_ms_{label}"] = 1e3 * (sum(_cpu_seconds(p) for p in host_pids) - hosts0) / calls
+    fig[f"client_cpu_ms_{label}"] = 1e3 * (sum(os.times()[:2]) - client0) / calls
+
+
+def _journal_entries(cluster: Any, db: Any) -> int:
+    """Replication journal entries (forwarded batches) of ``db``'s shards, at their leaders."""
+    total = 0
+    for state in db.replication:
+        ok, position = cluster.transport.host(state["leader"], "log_position",
+                                              (db.name, state["shard"]), True)
+        total += int(position[1]) if ok and position else 0
+    return total
+
+
 def replication_runs(args: argparse.Namespace) -> dict[str, float]:
     """Writes at R = 2 against R = 1, and reads from both copies against one (see module)."""
     from hopmem.cluster import start_local
@@ -273,6 +310,8 @@ def replication_runs(args: argparse.Namespace) -> dict[str, float]:
     runs: list[dict[str, float]] = []
     try:
         pin_hosts(cluster)
+        host_pids = [int(cluster.transport.host(h["host_id"], "pid", (), True)[1])
+                     for h in cluster.hosts()]
         dbs = {r: cluster.create(f"r{r}", d, shards=4, replicas=r) for r in (1, 2)}
         rows = clustered(4096, d, 7)
         # Reads: exact top-10 over docs / 2 documents, so that the hosts' work (which two
@@ -285,27 +324,35 @@ def replication_runs(args: argparse.Namespace) -> dict[str, float]:
                                         k=1).collection("reads")
             _fill(readers[r], stored, 0)
         for run in range(args.runs):
-            fig: dict[str, float] = {}
+            fig: dict[str, float] = {"load_at_start": os.getloadavg()[0]}
             for r, db in dbs.items():
                 colls = [db.collection(f"w{run}-{c}") for c in range(clients)]
-                rate, p50 = _clients(lambda c, i, colls=colls: colls[c].write(
-                    rows[(c * 256 + i) % len(rows)], metadata=[i]), clients, args.seconds)
-                fig[f"writes_per_s_r{r}"], fig[f"write_p50_ms_r{r}"] = rate, p50
-            fig["writes_ratio_r2_r1"] = fig["writes_per_s_r2"] / fig["writes_per_s_r1"]
+                entries = _journal_entries(cluster, db) if r > 1 else 0
+                _measured(lambda c, i, colls=colls: colls[c].write(
+                    rows[(c * 256 + i) % len(rows)], metadata=[i]), clients, args.seconds,
+                    host_pids, f"writes_r{r}", fig)
+                if r > 1:
+                    fig["mutations_per_journal_entry"] = fig["writes_r2_per_s"] * args.seconds \
+                        / max(_journal_entries(cluster, db) - entries, 1)
+            fig["writes_ratio_r2_r1"] = fig["writes_r2_per_s"] / fig["writes_r1_per_s"]
             for label, coll, mode in (("r1", readers[1], "leader"), ("r2_leader", readers[2],
                                                                     "leader"),
                                       ("r2_any", readers[2], "any")):
-                rate, p50 = _clients(lambda c, i, coll=coll, mode=mode: coll.resolve(
+                _measured(lambda c, i, coll=coll, mode=mode: coll.resolve(
                     queries[(c * 16 + i) % len(queries)], limit=10, read_from=mode), clients,
-                    args.seconds)
-                fig[f"reads_per_s_{label}"], fig[f"read_p50_ms_{label}"] = rate, p50
-            fig["reads_ratio_any_leader"] = fig["reads_per_s_r2_any"] / fig["reads_per_s_r2_leader"]
+                    args.seconds, host_pids, f"reads_{label}", fig)
+            fig["reads_ratio_any_leader"] = fig["reads_r2_any_per_s"] / fig["reads_r2_leader_per_s"]
+            fig["load_at_end"] = os.getloadavg()[0]
             runs.append(fig)
-            print("replication run", run, json.dumps(fig), flush=True)
+            print("replication run", run, json.dumps({k: round(v, 3) for k, v in fig.items()}),
+                  flush=True)
     finally:
         cluster.shutdown()
         shutil.rmtree(root, ignore_errors=True)
-    return median_of(runs)
+    out = median_of(runs)
+    loads = [r[k] for r in runs for k in ("load_at_start", "load_at_end")]
+    out["load_min"], out["load_max"] = min(loads), max(loads)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
