@@ -245,7 +245,10 @@ def connect(address: str = "auto", *, root: str | None = None, retry_timeout: fl
     connected to Ray, the existing connection is used. ``read_from``: where
     reads of replicated shards go by default (``"leader"``, or ``"any"`` in-sync
     replica); ``replica_timeout`` (an option, seconds, default 5): how long a
-    leader waits for a follower before taking it out of the in-sync set.
+    leader waits for a follower before taking it out of the in-sync set;
+    ``replica_journal_entries`` and ``replica_journal_mb`` (options, default
+    100,000 and 64): how much of each replicated shard's replication journal a
+    host keeps to catch a returning copy up (beyond it, a full copy).
     """
     ray = _ray()
     joined = not ray.is_initialized()
