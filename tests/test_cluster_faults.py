@@ -167,7 +167,8 @@ def test_agent_remember_is_retried_with_its_write_id(ray_cluster):
 def test_sigkill_of_a_replicated_leader_keeps_its_copies_equal(ray_cluster):
     """A leader host killed with SIGKILL is restarted by Ray on its node and stays leader; it
     takes its role from the catalog again and refills its follower with a full copy before
-    its next write (the follower may miss a write it committed just before dying)."""
+    its next write (its replication journal is gone with its process, so the follower's
+    position cannot be checked against it)."""
     name = cluster_db_name("rf")
     db = ray_cluster.create(name, 16, shards=1, replicas=2)
     coll = db.collection("c")
@@ -181,7 +182,13 @@ def test_sigkill_of_a_replicated_leader_keeps_its_copies_equal(ray_cluster):
     state = db.replication[0]
     assert state["leader"] == leader and state["epoch"] == 1 and len(state["isr"]) == 2
     ok, role = ray_cluster.transport.host(leader, "role", (name, 0), True)
+    position = role.pop("position")
     assert ok and role == {"epoch": 1, "leader": leader, "followers": state["isr"][1:]}
+    # Its replication journal died with it: a new history, whose first entry is the write
+    # after the restart; the follower was refilled by a full copy, not by journal entries.
+    assert position[1:] == (1, 1), position
+    ok, done = ray_cluster.transport.host(leader, "catch_ups", (name, 0), True)
+    assert ok and done[state["isr"][1]]["how"] == "copy", done
     assert [d.id for d in coll.documents.list()] == acked == list(range(1, 8))
     snaps = []
     for host in state["replicas"]:
