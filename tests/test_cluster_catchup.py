@@ -238,3 +238,26 @@ def test_a_new_leader_catches_up_a_lagging_follower_by_its_journal(tmp_path, mon
         assert net.snapshot(a, "f") == net.snapshot(b, "f")
     finally:
         net.close()
+
+
+def test_the_journal_keeps_its_latest_entries_and_owns_their_arrays():
+    import numpy as np
+
+    from hopmem.cluster.shardlog import ShardLog
+    log = ShardLog("h", max_entries=100, max_bytes=10_000)
+    backing = np.zeros((100, 8), np.float32)
+    for i in range(10):
+        view = backing[i:i + 5]  # 160 bytes of vectors viewing memory the journal must not pin
+        log.append(1 + i // 5, [("collection_call", ("db", 0, "c", "write", (view,), {}))])
+    assert log.position() == ("h", 10, 2)
+    kept = log.after(log.base)
+    assert all(e.calls[0][1][4][0].flags.owndata for e in kept)
+    assert log.why_not_suffix(("h", 3, 1)) == "" and [e.pos for e in log.after(3)] == [4, 5, 6, 7,
+                                                                                       8, 9, 10]
+    assert "another history" in log.why_not_suffix(("g", 3, 1))
+    assert "never acknowledged" in log.why_not_suffix(("h", 7, 1))  # entry 7 is of epoch 2
+    assert "never acknowledged" in log.why_not_suffix(("h", 11, 2))  # ahead of the leader
+    for _ in range(60):  # past the byte bound: the oldest entries go
+        log.append(2, [("collection_call", ("db", 0, "c", "write", (backing[:5],), {}))])
+    assert log.bytes <= 10_000 and log.pos == 70 and log.base > 3
+    assert "keeps entries after" in log.why_not_suffix(("h", 3, 1))

@@ -58,6 +58,21 @@ class Entry:
     size: int
 
 
+def _owned(item: Any) -> Any:
+    """``item`` with every NumPy array in it that views memory it does not own copied: an
+    argument Ray handed over without a copy views its object store, and keeping it in the
+    journal would pin that memory there."""
+    if isinstance(item, np.ndarray):
+        return item if item.flags.owndata else item.copy()
+    if isinstance(item, tuple):
+        return tuple(_owned(x) for x in item)
+    if isinstance(item, list):
+        return [_owned(x) for x in item]
+    if isinstance(item, dict):
+        return {k: _owned(v) for k, v in item.items()}
+    return item
+
+
 def call_bytes(calls: list[tuple[str, tuple[Any, ...]]]) -> int:
     """About the memory an entry holds: its arrays' bytes plus a little per call."""
     total = 0
@@ -111,6 +126,7 @@ class ShardLog:
         return None
 
     def append(self, epoch: int, calls: list[tuple[str, tuple[Any, ...]]]) -> Entry:
+        calls = [(method, _owned(args)) for method, args in calls]
         entry = Entry(self.pos + 1, epoch, calls, call_bytes(calls))
         self.entries.append(entry)
         self.bytes += entry.size
