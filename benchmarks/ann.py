@@ -120,7 +120,7 @@ def dataset(name: str, n: int, nq: int, seed: int, texts: list[Path] | None = No
 def memory_bytes(mem: Memory) -> int:
     """Bytes of the arrays a memory holds (state, spare capacity and index included)."""
     state = mem._state
-    arrays = [state.ids, state.addresses, state.counters, state.weights, state.norms,
+    arrays = [state.ids, state.addresses, state.held_counters, state.weights, state.norms,
               state.addresses16]
     ix = state.index
     if ix is not None:

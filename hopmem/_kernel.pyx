@@ -126,6 +126,9 @@ cdef extern from "hopmem_kernel.h" nogil:
     void hm_index_refresh(hm_state *s)
     void hm_index_extend(hm_state *s, int64_t frm)
     void hm_sync_norms(hm_state *s)
+    int hm_inputs_implied(const float *X, int64_t m, int64_t dim)
+    int hm_rows_implied(const hm_state *s)
+    void hm_implied_counters(const hm_state *s, int64_t frm, int64_t to, double *out)
     int64_t hm_merge(hm_state *s, int64_t bound, double tau, int64_t *merges,
                      int64_t max_merges)
 
@@ -161,13 +164,18 @@ cdef hm_state _view(state) except *:
     cdef hm_state s
     cdef cnp.ndarray ids = state.ids
     cdef cnp.ndarray addresses = state.addresses
-    cdef cnp.ndarray counters = state.counters
+    cdef cnp.ndarray counters = state.held_counters  # None: implied (see State)
     cdef cnp.ndarray weights = state.weights
     if (ids.dtype.num != cnp.NPY_INT64 or addresses.dtype.num != cnp.NPY_FLOAT32
-            or counters.dtype.num != cnp.NPY_FLOAT64 or weights.dtype.num != cnp.NPY_FLOAT64
-            or not (cnp.PyArray_IS_C_CONTIGUOUS(addresses) and cnp.PyArray_IS_C_CONTIGUOUS(counters)
+            or weights.dtype.num != cnp.NPY_FLOAT64
+            or not (cnp.PyArray_IS_C_CONTIGUOUS(addresses)
                     and cnp.PyArray_IS_C_CONTIGUOUS(ids) and cnp.PyArray_IS_C_CONTIGUOUS(weights))):
         raise TypeError("hopmem kernel: state arrays have unexpected dtypes or layout")
+    if counters is not None and (counters.dtype.num != cnp.NPY_FLOAT64
+                                 or not cnp.PyArray_IS_C_CONTIGUOUS(counters)):
+        raise TypeError("hopmem kernel: the state's counters have an unexpected dtype or layout")
+    if counters is None and state.norms is None:
+        raise TypeError("hopmem kernel: implied counters need the state's norms")
     s.dim = state.dim
     s.size = state.size
     s.capacity = cnp.PyArray_DIM(ids, 0)
@@ -180,7 +188,7 @@ cdef hm_state _view(state) except *:
         if (<cnp.ndarray>half).dtype.num != cnp.NPY_FLOAT16 or cnp.PyArray_DIM(half, 0) != s.capacity:
             raise TypeError("hopmem kernel: the half copy of the addresses is out of shape")
         s.addresses16 = cnp.PyArray_DATA(half)
-    s.counters = <double *>cnp.PyArray_DATA(counters)
+    s.counters = NULL if counters is None else <double *>cnp.PyArray_DATA(counters)
     s.weights = <double *>cnp.PyArray_DATA(weights)
     norms = state.norms
     if norms is None:
@@ -264,6 +272,40 @@ def sync_norms(state):
     cdef hm_state s = _view(state)
     if s.norms != NULL:
         hm_sync_norms(&s)
+
+
+def inputs_implied(const float[:, ::1] X):
+    """Whether plain locations made from the rows of X would all have implied
+    counters (float(address * norm), see hm_rows_implied in the kernel)."""
+    cdef int rc
+    if X.shape[0] == 0:
+        return True
+    with nogil:
+        rc = hm_inputs_implied(&X[0, 0], X.shape[0], X.shape[1])
+    return bool(rc)
+
+
+def rows_implied(state):
+    """Whether every row of the state (counters held, norms synced) has implied counters."""
+    cdef hm_state s = _view(state)
+    cdef int rc
+    if s.norms == NULL:
+        return False
+    with nogil:
+        rc = hm_rows_implied(&s)
+    return bool(rc)
+
+
+def implied_counters(state, int64_t start, int64_t stop, double[:, ::1] out):
+    """out[:] = the implied counters of rows start .. stop (the state holds none)."""
+    cdef hm_state s = _view(state)
+    if not (0 <= start <= stop <= s.size) or out.shape[0] != stop - start or out.shape[1] != s.dim:
+        raise ValueError("implied_counters: rows or output out of range")
+    if s.norms == NULL:
+        raise TypeError("hopmem kernel: implied counters need the state's norms")
+    if stop > start:
+        with nogil:
+            hm_implied_counters(&s, start, stop, &out[0, 0])
 
 
 def refresh_index(state):
@@ -467,6 +509,8 @@ def write(state, cfg, const float[:, ::1] X):
     merges_out = []
     cdef bint approximate = c.probe > 0
     cdef int64_t fit_at
+    if state.held_counters is None and (c.competitive or not inputs_implied(X)):
+        state.hold_counters()  # an input whose counters the address would not imply
     while start < m_all:
         m = min(<int64_t>WRITE_CHUNK, m_all - start)
         if approximate and not c.competitive:
@@ -740,6 +784,7 @@ def attention(state, cfg, const float[::1] q, double scale):
 
 
 def _merge(state, int64_t bound, double tau):
+    state.hold_counters()  # merged rows add counters: held (State.drop_implied_counters after)
     cdef hm_state s = _view(state)
     cdef int64_t cap = max(1, s.size), count
     merges = np.empty((cap, 3), dtype=np.int64)

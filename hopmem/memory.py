@@ -490,10 +490,14 @@ class Memory:
         self._lock = RWLock()
         compact = config.activation == "compact" and self._engine.name == "native"
         norms = config.mode == "plain" and self._engine.name == "native"
+        # plain locations' counters implied by address and norm while they can be (State)
+        implied = norms
         if snapshot is None:
-            self._state = State(config.dim, config.eta0, config.seed, compact=compact, norms=norms)
+            self._state = State(config.dim, config.eta0, config.seed, compact=compact, norms=norms,
+                                implied=implied)
         else:
-            self._state = State.from_snapshot(config.dim, snapshot, compact=compact, norms=norms)
+            self._state = State.from_snapshot(config.dim, snapshot, compact=compact, norms=norms,
+                                              implied=implied)
             self._engine.state_replaced(self._state)
 
     @classmethod
@@ -625,6 +629,7 @@ class Memory:
             merges = list(self._engine.merge_above(self._state, self._config.tau_merge))
             if bound is not None:
                 merges += list(self._engine.merge_closest_until(self._state, int(bound)))
+            self._state.drop_implied_counters()  # held for the merges (no merge: implied still)
             if merges and self._config.activation == "approximate":
                 # rows left: fit the index anew, as a restore of this state would
                 self._state.index = None
@@ -679,7 +684,7 @@ class Memory:
         mem = cls.__new__(cls)
         mem._init(config, None, backend)
         mem._state = State.adopt(config.dim, snapshot, compact=mem._state.addresses16 is not None,
-                                 norms=mem._state.norms is not None)
+                                 norms=mem._state.norms is not None, implied=mem._state.implied)
         mem._engine.state_replaced(mem._state)
         return mem
 

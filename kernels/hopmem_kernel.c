@@ -1020,20 +1020,92 @@ HM_INLINE void sync_norm(hm_state *s, int64_t row) {
 }
 
 void hm_sync_norms(hm_state *s) {
+    if (!s->counters) return;  /* implied counters: the norms are their source */
     for (int64_t r = 0; r < s->size; r++) sync_norm(s, r);
+}
+
+/* ---- implied counters ------------------------------------------------------------ */
+#define HM_NORM_MIN 1e-20     /* read-out by norm (hm_read): the largest norm's range */
+#define HM_NORM_MAX 1e30
+/* A plain location holds one written input x (float32): its counters are x,
+ * its weight 1, its norm |x| and its address a = float(x / |x|). For almost
+ * every input (every unit input we tried, and most others) x is also
+ * float(a * |x|), computed in float64 and rounded: then the counters are
+ * implied by the address and the norm, and a plain state whose every row is
+ * so keeps no counters at all (counters NULL: a third of the bytes of one
+ * that does). The caller (hopmem/_kernel.pyx) checks inputs before a write
+ * and materialises the counters before anything that would break the rule
+ * (an input that does not satisfy it, a merge). */
+
+/* Row `row`'s implied counters: out[i] = float(a_i * norm), widened. */
+HM_INLINE void implied_row(const hm_state *s, int64_t row, double *out) {
+    const float *a = s->addresses + row * s->dim;
+    double norm = s->norms[row];
+    for (int64_t i = 0; i < s->dim; i++) out[i] = (double)(float)((double)a[i] * norm);
+}
+
+/* Whether an address a (float32) and norm imply the counters c (float64). */
+static int implies(const float *a, double norm, const double *c, int64_t dim) {
+    if (!(norm >= HM_NORM_MIN && norm <= HM_NORM_MAX)) return 0;  /* read out by norm */
+    for (int64_t i = 0; i < dim; i++)
+        if ((double)(float)((double)a[i] * norm) != c[i]) return 0;
+    return 1;
+}
+
+int hm_inputs_implied(const float *X, int64_t m, int64_t dim) {
+    double *x64 = (double *)malloc((size_t)dim * 2 * sizeof(double));
+    float *a = (float *)malloc((size_t)dim * sizeof(float));
+    int ok = x64 && a;
+    for (int64_t r = 0; ok && r < m; r++) {
+        const float *x = X + r * dim;
+        double *t = x64 + dim;
+        for (int64_t i = 0; i < dim; i++) t[i] = x64[i] = (double)x[i];
+        double norm = normalize_d(t, dim);  /* as spawn makes the address */
+        for (int64_t i = 0; i < dim; i++) a[i] = (float)t[i];
+        ok = implies(a, norm, x64, dim);
+    }
+    free(x64);
+    free(a);
+    return ok;
+}
+
+int hm_rows_implied(const hm_state *s) {
+    if (!s->counters) return 1;
+    if (!s->norms) return 0;
+    for (int64_t r = 0; r < s->size; r++)
+        if (s->weights[r] != 1.0
+            || !implies(s->addresses + r * s->dim, s->norms[r], s->counters + r * s->dim, s->dim))
+            return 0;
+    return 1;
+}
+
+void hm_implied_counters(const hm_state *s, int64_t from, int64_t to, double *out) {
+    for (int64_t r = from; r < to; r++) implied_row(s, r, out + (r - from) * s->dim);
+}
+
+/* Row `row`'s counters: the held row, or its implied counters written to buf. */
+HM_INLINE const double *counter_row(const hm_state *s, int64_t row, double *buf) {
+    if (s->counters) return s->counters + row * s->dim;
+    implied_row(s, row, buf);
+    return buf;
 }
 
 static int64_t append_row(hm_state *s, const double *address, const double *counter,
                           double weight) {
     int64_t row = s->size, d = s->dim;
     float *a = s->addresses + row * d;
-    double *c = s->counters + row * d;
-    for (int64_t i = 0; i < d; i++) { a[i] = (float)address[i]; c[i] = counter[i]; }
+    if (s->counters) {
+        double *c = s->counters + row * d;
+        for (int64_t i = 0; i < d; i++) { a[i] = (float)address[i]; c[i] = counter[i]; }
+    } else {  /* implied (a plain input that the caller checked): the norm holds them */
+        for (int64_t i = 0; i < d; i++) a[i] = (float)address[i];
+        s->norms[row] = sqrt(ddot(counter, counter, d));
+    }
     s->weights[row] = weight;
     s->ids[row] = s->next_id++;
     s->size++;
     sync_rows16(s, row, 1);
-    sync_norm(s, row);
+    if (s->counters) sync_norm(s, row);
     index_add(s, row);
     return s->ids[row];
 }
@@ -1053,8 +1125,9 @@ static void remove_row(hm_state *s, int64_t row) {
         if (s->norms) memmove(s->norms + row, s->norms + row + 1, (size_t)tail * sizeof(double));
         memmove(s->addresses + row * d, s->addresses + (row + 1) * d,
                 (size_t)(tail * d) * sizeof(float));
-        memmove(s->counters + row * d, s->counters + (row + 1) * d,
-                (size_t)(tail * d) * sizeof(double));
+        if (s->counters)
+            memmove(s->counters + row * d, s->counters + (row + 1) * d,
+                    (size_t)(tail * d) * sizeof(double));
         if (s->addresses16)
             memmove((uint16_t *)s->addresses16 + row * d,
                     (uint16_t *)s->addresses16 + (row + 1) * d,
@@ -1912,8 +1985,6 @@ HM_INLINE int reuses_address(const hm_state *s, const hm_config *c, int64_t row)
  * reference per block. docs/hopfield.md gives the error bound against a float64
  * evaluation that tests/test_hopfield.py enforces. */
 
-#define HM_NORM_MIN 1e-20     /* read-out by norm: the largest norm's range */
-#define HM_NORM_MAX 1e30
 /* Rows a block scores and reads out together. Each block ends in a partial
  * and a merge, and starts with no reference logit; at 128 rows that cost a
  * pass over 10,000 rows ~3%, at 1,024 rows ~0.3%, while a pass long enough
@@ -2489,10 +2560,20 @@ int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const flo
      * iterative read that does not want it (fast_result NULL) skips the
      * read-out: in plain mode it then never touches the counters at all. */
     softmax_d(sims, kk, c->beta, weights);
-    for (int64_t j = 0; j < kk; j++) crows[j] = s->counters + rows[j] * d;
+    /* implied counters (a plain state that holds none): the read-out's rows
+     * are made from the addresses and norms, once, for this read */
+    double *implied = NULL;
+    if (!s->counters && (fast_result || fast_only)) {
+        implied = (double *)malloc(kp * (size_t)d * sizeof(double));
+        if (!implied) { free(block); return HM_ERR_NOMEM; }
+    }
+    for (int64_t j = 0; j < kk; j++)
+        crows[j] = implied ? counter_row(s, rows[j], implied + (size_t)j * d)
+                 : s->counters ? s->counters + rows[j] * d : NULL;
     if (fast_result || fast_only) {
         for (int64_t j = 0; j < kk; j++) f[j] = weights[j] / s->weights[rows[j]];
         combine_d(acc, f, crows, kk, d);
+        free(implied);
         normalize_d(acc, d);
         if (fast_result) for (int64_t i = 0; i < d; i++) fast_result[i] = (float)acc[i];
         else for (int64_t i = 0; i < d; i++) result[i] = (float)acc[i];
@@ -2570,21 +2651,21 @@ int64_t hm_attention(const hm_state *s, const hm_config *c, const float *q, doub
     int64_t d = s->dim;
     int64_t kmax = c->k < s->size ? c->k : s->size;
     act_scratch a;
-    double *buf = (double *)malloc((size_t)(2 * d + kmax) * sizeof(double));
+    double *buf = (double *)malloc((size_t)(3 * d + kmax) * sizeof(double));
     if (!act_alloc(&a, s->size, kmax, d) || !buf) { act_free(&a); free(buf); return HM_ERR_NOMEM; }
-    double *q64 = buf, *acc = buf + d, *logits = acc + d;
+    double *q64 = buf, *acc = buf + d, *row = acc + d, *logits = row + d;
     int64_t kk = activate(s, c, q, NULL, 0.0, rows, sims, &a);
     act_free(&a);
     if (kk >= 0) {
         for (int64_t i = 0; i < d; i++) q64[i] = (double)q[i];
         for (int64_t j = 0; j < kk; j++) {
             double n = s->weights[rows[j]];
-            logits[j] = scale * (ddot(s->counters + rows[j] * d, q64, d) / n) + log(n);
+            logits[j] = scale * (ddot(counter_row(s, rows[j], row), q64, d) / n) + log(n);
         }
         softmax_d(logits, kk, 1.0, weights);
         memset(acc, 0, (size_t)d * sizeof(double));
         for (int64_t j = 0; j < kk; j++) {
-            const double *cj = s->counters + rows[j] * d;
+            const double *cj = counter_row(s, rows[j], row);
             double f = weights[j] / s->weights[rows[j]];
             for (int64_t i = 0; i < d; i++) acc[i] += f * cj[i];
         }

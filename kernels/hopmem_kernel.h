@@ -39,7 +39,8 @@ typedef struct {
     int64_t *ids;       /* [capacity] */
     float *addresses;   /* [capacity * dim] unit (or zero) rows */
     void *addresses16;  /* [capacity * dim] IEEE half copy for compact activation, or NULL */
-    double *counters;   /* [capacity * dim] */
+    double *counters;   /* [capacity * dim], or NULL: implied (a plain state whose every
+                         * row's counters are float(address * norm): see hm_rows_implied) */
     double *weights;    /* [capacity] */
     double eta;
     int64_t writes;
@@ -113,8 +114,21 @@ void hm_scan(const hm_state *s, const hm_config *c, const float *X, int64_t nq, 
 
 /* Refresh the half copy of every address row (after a restore). */
 void hm_sync_compact(hm_state *s);
-/* Recompute norms[0 .. size) from the counters (after a restore); no-op when NULL. */
+/* Recompute norms[0 .. size) from the counters (after a restore); no-op when
+ * norms or counters are NULL. */
 void hm_sync_norms(hm_state *s);
+
+/* Implied counters (plain memories; hopmem_kernel.c, "implied counters"): a
+ * row of weight 1 whose counters c equal float(a_i * norm) widened, for its
+ * address a and norm |c| (within the read-out-by-norm range), needs no
+ * counters held. A state may leave counters NULL while every row is so, and
+ * then needs norms. Writes to such a state need inputs that are so
+ * (hm_inputs_implied), merges and competitive writes need counters held. */
+int hm_inputs_implied(const float *X, int64_t m, int64_t dim);
+/* 1 when every row of the state (counters held, norms synced) is so. */
+int hm_rows_implied(const hm_state *s);
+/* out [(to - from) * dim]: the implied counters of rows from .. to. */
+void hm_implied_counters(const hm_state *s, int64_t from, int64_t to, double *out);
 
 /* out[i] = x[i] as an IEEE half (round to nearest, ties to even) for i < n.
  * Returns 0, writing nothing, when this build has no half type. */
