@@ -70,6 +70,9 @@ cdef extern from "hopmem_kernel.h" nogil:
         int index_stale
         void *assign_dots
         double *norms
+        int64_t n_exceptions
+        int64_t *exception_rows
+        double *exception_counters
 
     ctypedef struct hm_config:
         int competitive
@@ -126,9 +129,10 @@ cdef extern from "hopmem_kernel.h" nogil:
     void hm_index_refresh(hm_state *s)
     void hm_index_extend(hm_state *s, int64_t frm)
     void hm_sync_norms(hm_state *s)
-    int hm_inputs_implied(const float *X, int64_t m, int64_t dim)
-    int hm_rows_implied(const hm_state *s)
-    void hm_implied_counters(const hm_state *s, int64_t frm, int64_t to, double *out)
+    int64_t hm_inputs_check(const float *X, int64_t m, int64_t dim)
+    int64_t hm_rows_check(const hm_state *s)
+    void hm_release_counters(hm_state *s)
+    void hm_counter_rows(const hm_state *s, int64_t frm, int64_t to, double *out)
     int64_t hm_merge(hm_state *s, int64_t bound, double tau, int64_t *merges,
                      int64_t max_merges)
 
@@ -189,6 +193,11 @@ cdef hm_state _view(state) except *:
             raise TypeError("hopmem kernel: the half copy of the addresses is out of shape")
         s.addresses16 = cnp.PyArray_DATA(half)
     s.counters = NULL if counters is None else <double *>cnp.PyArray_DATA(counters)
+    s.n_exceptions = 0
+    s.exception_rows = NULL
+    s.exception_counters = NULL
+    if counters is None:
+        _view_exceptions(state, &s)
     s.weights = <double *>cnp.PyArray_DATA(weights)
     norms = state.norms
     if norms is None:
@@ -205,6 +214,22 @@ cdef hm_state _view(state) except *:
     s.rng = <uint64_t>state.rng
     _view_index(state.index, &s)
     return s
+
+
+cdef void _view_exceptions(state, hm_state *s) except *:
+    """The rows whose counters a state that holds none keeps (see State)."""
+    cdef cnp.ndarray rows = state.exception_rows
+    cdef cnp.ndarray counters = state.exception_counters
+    cdef int64_t n = state.n_exceptions
+    if (rows.dtype.num != cnp.NPY_INT64 or counters.dtype.num != cnp.NPY_FLOAT64
+            or cnp.PyArray_NDIM(counters) != 2 or cnp.PyArray_DIM(counters, 1) != s.dim
+            or cnp.PyArray_DIM(rows, 0) != cnp.PyArray_DIM(counters, 0)
+            or not (0 <= n <= cnp.PyArray_DIM(rows, 0))
+            or not (cnp.PyArray_IS_C_CONTIGUOUS(rows) and cnp.PyArray_IS_C_CONTIGUOUS(counters))):
+        raise TypeError("hopmem kernel: the state's exception rows are out of shape")
+    s.n_exceptions = n
+    s.exception_rows = <int64_t *>cnp.PyArray_DATA(rows)
+    s.exception_counters = <double *>cnp.PyArray_DATA(counters)
 
 
 cdef void _blas_dots(const float *A, int64_t n, int64_t dim, const float *X, int64_t nq,
@@ -274,38 +299,54 @@ def sync_norms(state):
         hm_sync_norms(&s)
 
 
-def inputs_implied(const float[:, ::1] X):
-    """Whether plain locations made from the rows of X would all have implied
-    counters (float(address * norm), see hm_rows_implied in the kernel)."""
-    cdef int rc
-    if X.shape[0] == 0:
+def inputs_check(const float[:, ::1] X):
+    """The rows of X whose counters a plain state that holds none would keep
+    (exceptions), or -2 when one of them needs the counters held (see
+    "implied counters" in kernels/hopmem_kernel.c)."""
+    cdef int64_t rc = 0
+    if X.shape[0] > 0:
+        with nogil:
+            rc = hm_inputs_check(&X[0, 0], X.shape[0], X.shape[1])
+    if rc == -1:
+        raise MemoryError("hopmem kernel: out of memory checking inputs")
+    return rc
+
+
+def _few_exceptions(int64_t exceptions, int64_t rows):
+    """Whether a state of ``rows`` rows holds no counters with this many
+    exceptions: one row in 16 at most (inputs that are not unit, whose rows
+    are mostly exceptions, are better held: no search for each row)."""
+    return 16 * exceptions <= rows
+
+
+def release_counters(state):
+    """Stop holding the counters of a plain state whose rows all allow it: the
+    few rows that need theirs keep them as exceptions. Returns whether it did."""
+    cdef hm_state s = _view(state)
+    cdef int64_t n
+    if s.counters == NULL:
         return True
     with nogil:
-        rc = hm_inputs_implied(&X[0, 0], X.shape[0], X.shape[1])
-    return bool(rc)
-
-
-def rows_implied(state):
-    """Whether every row of the state (counters held, norms synced) has implied counters."""
-    cdef hm_state s = _view(state)
-    cdef int rc
-    if s.norms == NULL:
+        n = hm_rows_check(&s)
+    if n < 0 or not _few_exceptions(n, s.size):
         return False
+    state.reserve_exceptions(n)
+    _view_exceptions(state, &s)
     with nogil:
-        rc = hm_rows_implied(&s)
-    return bool(rc)
+        hm_release_counters(&s)
+    state.held_counters = None
+    state.n_exceptions = s.n_exceptions
+    return True
 
 
-def implied_counters(state, int64_t start, int64_t stop, double[:, ::1] out):
-    """out[:] = the implied counters of rows start .. stop (the state holds none)."""
+def counter_rows(state, int64_t start, int64_t stop, double[:, ::1] out):
+    """out[:] = the counters of rows start .. stop, held or not."""
     cdef hm_state s = _view(state)
     if not (0 <= start <= stop <= s.size) or out.shape[0] != stop - start or out.shape[1] != s.dim:
-        raise ValueError("implied_counters: rows or output out of range")
-    if s.norms == NULL:
-        raise TypeError("hopmem kernel: implied counters need the state's norms")
+        raise ValueError("counter_rows: rows or output out of range")
     if stop > start:
         with nogil:
-            hm_implied_counters(&s, start, stop, &out[0, 0])
+            hm_counter_rows(&s, start, stop, &out[0, 0])
 
 
 def refresh_index(state):
@@ -452,6 +493,7 @@ def maintain_index(state, k=None, *, groups=None, force=False):
 
 cdef void _store(state, hm_state *s) except *:
     state.size = s.size
+    state.n_exceptions = s.n_exceptions
     state.eta = s.eta
     state.writes = s.writes
     state.next_id = s.next_id
@@ -509,8 +551,12 @@ def write(state, cfg, const float[:, ::1] X):
     merges_out = []
     cdef bint approximate = c.probe > 0
     cdef int64_t fit_at
-    if state.held_counters is None and (c.competitive or not inputs_implied(X)):
-        state.hold_counters()  # an input whose counters the address would not imply
+    if state.held_counters is None:
+        need = -2 if c.competitive else inputs_check(X)
+        if need < 0 or not _few_exceptions(state.n_exceptions + need, state.size + m_all):
+            state.hold_counters()  # an input outside the rule, or too many exceptions
+        else:
+            state.reserve_exceptions(need)
     while start < m_all:
         m = min(<int64_t>WRITE_CHUNK, m_all - start)
         if approximate and not c.competitive:

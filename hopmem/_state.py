@@ -138,14 +138,17 @@ class State:
     """Location arrays (capacity >= size) plus the scalar state.
 
     ``implied=True`` (plain memories on the native kernel, which keep norms):
-    while every location's counters are implied by its address and norm (one
-    written input x with x == float(address * |x|) component by component,
-    which holds for unit inputs, see "implied counters" in
-    ``kernels/hopmem_kernel.c``), the state holds no counters array
-    (``held_counters`` None): 4 bytes a component instead of 12. ``counters``
-    then makes them, bit for bit what it would hold. The kernel holds them
-    (:meth:`hold_counters`) before a write of an input that breaks the rule or
-    a merge; :meth:`drop_implied_counters` lets them go again.
+    a plain location's counters are its one input x, and for almost every x
+    (a unit input but one in ~10^5) x == float(address * |x|) component by
+    component: implied by the address and the norm (see "implied counters"
+    in ``kernels/hopmem_kernel.c``). While every location is of weight 1 with
+    a norm in the read-out range, the state holds no counters array
+    (``held_counters`` None: 4 bytes a component instead of 12); the few rows
+    whose counters are not implied keep theirs (``exception_rows``,
+    ascending, and ``exception_counters``). ``counters`` makes them all, bit
+    for bit what a state that holds them holds. The kernel holds them
+    (:meth:`hold_counters`) before a merge or a write of an input outside
+    that range; :meth:`drop_implied_counters` lets them go again.
     """
 
     def __init__(self, dim: int, eta: float, seed: int, capacity: int = 16,
@@ -160,6 +163,9 @@ class State:
         self.implied = bool(implied and norms)
         self.held_counters: np.ndarray | None = (
             None if self.implied else zeros_aligned((capacity, dim), np.float64))
+        self.exception_rows = np.zeros(0, dtype=np.int64)
+        self.exception_counters = np.zeros((0, dim), dtype=np.float64)
+        self.n_exceptions = 0
         # A plain memory on the native kernel keeps each row's |counters|, which
         # the kernel updates with every row it changes (derived data, never in a
         # snapshot): its fast read then reads a location of weight 1 out as
@@ -192,7 +198,7 @@ class State:
 
     def _implied_rows(self) -> np.ndarray:
         out = np.empty((self.size, self.dim), dtype=np.float64)
-        _kernel.implied_counters(self, 0, self.size, out)
+        _kernel.counter_rows(self, 0, self.size, out)
         return out
 
     @counters.setter
@@ -200,16 +206,32 @@ class State:
         self.held_counters = value
 
     def hold_counters(self) -> None:
-        """Hold the counters as an array (the kernel writes them), if implied so far."""
+        """Hold the counters as an array (the kernel writes them), if not held so far."""
         if self.held_counters is None:
             held = zeros_aligned((self.capacity, self.dim), np.float64)
-            _kernel.implied_counters(self, 0, self.size, held[: self.size])
+            _kernel.counter_rows(self, 0, self.size, held[: self.size])
             self.held_counters = held
+            self.exception_rows = np.zeros(0, dtype=np.int64)
+            self.exception_counters = np.zeros((0, self.dim), dtype=np.float64)
+            self.n_exceptions = 0
 
     def drop_implied_counters(self) -> None:
-        """Stop holding the counters when every row's are implied (an implied state)."""
-        if self.implied and self.held_counters is not None and _kernel.rows_implied(self):
-            self.held_counters = None
+        """Stop holding the counters where every row allows it (an implied state)."""
+        if self.implied and self.held_counters is not None:
+            _kernel.release_counters(self)
+
+    def reserve_exceptions(self, extra: int) -> None:
+        """Make room for ``extra`` more exception rows (amortised doubling)."""
+        need = self.n_exceptions + extra
+        have = self.exception_rows.shape[0]
+        if need <= have:
+            return
+        new = max(need, 2 * have, 16)
+        rows = np.zeros(new, dtype=np.int64)
+        counters = np.zeros((new, self.dim), dtype=np.float64)
+        rows[: self.n_exceptions] = self.exception_rows[: self.n_exceptions]
+        counters[: self.n_exceptions] = self.exception_counters[: self.n_exceptions]
+        self.exception_rows, self.exception_counters = rows, counters
 
     def reserve(self, extra: int) -> None:
         """Make room for ``extra`` more rows (amortised doubling)."""
@@ -239,6 +261,26 @@ class State:
         self.ids, self.addresses, self.held_counters, self.weights = ids, addresses, counters, weights
         if self.index is not None:
             self.index.grow(new, n)
+
+    def mark(self) -> tuple:
+        """What :meth:`rewind` needs to undo a plain write (rows only appended)."""
+        return (self.size, self.writes, self.next_id, self.eta, self.rng, self.n_exceptions,
+                self.held_counters is None)
+
+    def rewind(self, mark: tuple) -> None:
+        """Undo the rows appended since ``mark`` (a plain write that failed midway):
+        cheaper than a snapshot, which copies every row. The index is dropped
+        (the caller marks it due again)."""
+        size, self.writes, self.next_id, self.eta, self.rng, n_exceptions, lean = mark
+        for array in (self.ids, self.addresses, self.held_counters, self.weights, self.norms,
+                      self.addresses16):
+            if array is not None:
+                array[size:self.size] = 0
+        self.size = size
+        self.n_exceptions = n_exceptions if self.held_counters is None else 0
+        self.index, self.index_pending = None, False
+        if lean:
+            self.drop_implied_counters()  # held for an input of the write: no longer needed
 
     def snapshot(self) -> Snapshot:
         n = self.size

@@ -603,12 +603,20 @@ class Memory:
         # The kernel checks everything before it mutates, so a batch that fits
         # one kernel call cannot fail halfway; only longer batches (several
         # calls) and the Python reference need a snapshot to roll back to.
-        before = self._state.snapshot() if self._engine.may_fail_midway(X.shape[0]) else None
+        # A plain write only appends rows: undone by cutting them off (State.rewind),
+        # where a snapshot would copy every row the memory holds.
+        midway = self._engine.may_fail_midway(X.shape[0])
+        plain = midway and not self._config.competitive
+        before = self._state.snapshot() if midway and not plain else None
+        mark = self._state.mark() if plain else None
         try:
             touched, created, merges = self._engine.write(self._state, self._kcfg, X)
         except BaseException:
             if before is not None:
                 self._state.restore(before)
+                self._engine.state_replaced(self._state)
+            elif mark is not None:
+                self._state.rewind(mark)
                 self._engine.state_replaced(self._state)
             raise
         return WriteResult(X.shape[0], touched, created, merges)

@@ -1029,65 +1029,106 @@ void hm_sync_norms(hm_state *s) {
 #define HM_NORM_MAX 1e30
 /* A plain location holds one written input x (float32): its counters are x,
  * its weight 1, its norm |x| and its address a = float(x / |x|). For almost
- * every input (every unit input we tried, and most others) x is also
- * float(a * |x|), computed in float64 and rounded: then the counters are
- * implied by the address and the norm, and a plain state whose every row is
- * so keeps no counters at all (counters NULL: a third of the bytes of one
- * that does). The caller (hopmem/_kernel.pyx) checks inputs before a write
- * and materialises the counters before anything that would break the rule
- * (an input that does not satisfy it, a merge). */
+ * every input (a unit input but one in ~10^5, which has a component at a
+ * power of two) x is also float(a * |x|), computed in float64 and rounded:
+ * its counters are implied by its address and norm. A plain state may then
+ * hold no counters (counters NULL): only the rows whose counters are not
+ * implied (exceptions, ascending rows) keep theirs, a third of the bytes of
+ * a state that holds them all. Rows are then only appended: the caller
+ * (hopmem/_kernel.pyx) holds the counters before a merge, and before a write
+ * of an input outside the read-out-by-norm range (hm_inputs_check), and
+ * reserves room for the exceptions a write makes. */
 
-/* Row `row`'s implied counters: out[i] = float(a_i * norm), widened. */
-HM_INLINE void implied_row(const hm_state *s, int64_t row, double *out) {
+/* What a plain location's counters c need: 0 implied by the address a and
+ * norm, 1 an exception, 2 counters held (a norm outside the range, so that a
+ * state that holds none always reads out by norm, or a weight other than 1). */
+static int counters_need(const float *a, double norm, double weight, const double *c,
+                         int64_t dim) {
+    if (!(norm >= HM_NORM_MIN && norm <= HM_NORM_MAX) || weight != 1.0) return 2;
+    for (int64_t i = 0; i < dim; i++)
+        if ((double)(float)((double)a[i] * norm) != c[i]) return 1;
+    return 0;
+}
+
+/* counters_need of the location that spawn makes from x (tmp: 2 dim doubles,
+ * a: dim floats): as spawn makes its address and norm. */
+static int input_need(const float *x, int64_t dim, double *tmp, float *a) {
+    double *c = tmp, *t = tmp + dim;
+    for (int64_t i = 0; i < dim; i++) t[i] = c[i] = (double)x[i];
+    double norm = normalize_d(t, dim);
+    for (int64_t i = 0; i < dim; i++) a[i] = (float)t[i];
+    return counters_need(a, norm, 1.0, c, dim);
+}
+
+int64_t hm_inputs_check(const float *X, int64_t m, int64_t dim) {
+    double *tmp = (double *)malloc((size_t)dim * 2 * sizeof(double));
+    float *a = (float *)malloc((size_t)dim * sizeof(float));
+    int64_t exceptions = tmp && a ? 0 : HM_ERR_NOMEM;
+    for (int64_t r = 0; exceptions >= 0 && r < m; r++) {
+        int need = input_need(X + r * dim, dim, tmp, a);
+        if (need == 2) exceptions = -2;
+        else exceptions += need;
+    }
+    free(tmp);
+    free(a);
+    return exceptions;
+}
+
+int64_t hm_rows_check(const hm_state *s) {
+    if (!s->counters || !s->norms) return s->counters ? -2 : s->n_exceptions;
+    int64_t exceptions = 0;
+    for (int64_t r = 0; r < s->size; r++) {
+        int need = counters_need(s->addresses + r * s->dim, s->norms[r], s->weights[r],
+                                 s->counters + r * s->dim, s->dim);
+        if (need == 2) return -2;
+        exceptions += need;
+    }
+    return exceptions;
+}
+
+void hm_release_counters(hm_state *s) {
+    int64_t d = s->dim, e = 0;
+    for (int64_t r = 0; r < s->size; r++) {
+        const double *c = s->counters + r * d;
+        if (counters_need(s->addresses + r * d, s->norms[r], 1.0, c, d) == 0) continue;
+        s->exception_rows[e] = r;
+        memcpy(s->exception_counters + e * d, c, (size_t)d * sizeof(double));
+        e++;
+    }
+    s->n_exceptions = e;
+    s->counters = NULL;
+}
+
+/* The exception that holds row `row`'s counters, or NULL (binary search). */
+static const double *exception_of(const hm_state *s, int64_t row) {
+    int64_t lo = 0, hi = s->n_exceptions;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (s->exception_rows[mid] < row) lo = mid + 1; else hi = mid;
+    }
+    return lo < s->n_exceptions && s->exception_rows[lo] == row
+               ? s->exception_counters + lo * s->dim : NULL;
+}
+
+/* Row `row`'s counters: the held row, its exception, or its implied
+ * counters out[i] = float(a_i * norm) (widened), written to buf. */
+static const double *counter_row(const hm_state *s, int64_t row, double *buf) {
+    if (s->counters) return s->counters + row * s->dim;
+    const double *e = exception_of(s, row);
+    if (e) return e;
     const float *a = s->addresses + row * s->dim;
     double norm = s->norms[row];
-    for (int64_t i = 0; i < s->dim; i++) out[i] = (double)(float)((double)a[i] * norm);
-}
-
-/* Whether an address a (float32) and norm imply the counters c (float64). */
-static int implies(const float *a, double norm, const double *c, int64_t dim) {
-    if (!(norm >= HM_NORM_MIN && norm <= HM_NORM_MAX)) return 0;  /* read out by norm */
-    for (int64_t i = 0; i < dim; i++)
-        if ((double)(float)((double)a[i] * norm) != c[i]) return 0;
-    return 1;
-}
-
-int hm_inputs_implied(const float *X, int64_t m, int64_t dim) {
-    double *x64 = (double *)malloc((size_t)dim * 2 * sizeof(double));
-    float *a = (float *)malloc((size_t)dim * sizeof(float));
-    int ok = x64 && a;
-    for (int64_t r = 0; ok && r < m; r++) {
-        const float *x = X + r * dim;
-        double *t = x64 + dim;
-        for (int64_t i = 0; i < dim; i++) t[i] = x64[i] = (double)x[i];
-        double norm = normalize_d(t, dim);  /* as spawn makes the address */
-        for (int64_t i = 0; i < dim; i++) a[i] = (float)t[i];
-        ok = implies(a, norm, x64, dim);
-    }
-    free(x64);
-    free(a);
-    return ok;
-}
-
-int hm_rows_implied(const hm_state *s) {
-    if (!s->counters) return 1;
-    if (!s->norms) return 0;
-    for (int64_t r = 0; r < s->size; r++)
-        if (s->weights[r] != 1.0
-            || !implies(s->addresses + r * s->dim, s->norms[r], s->counters + r * s->dim, s->dim))
-            return 0;
-    return 1;
-}
-
-void hm_implied_counters(const hm_state *s, int64_t from, int64_t to, double *out) {
-    for (int64_t r = from; r < to; r++) implied_row(s, r, out + (r - from) * s->dim);
-}
-
-/* Row `row`'s counters: the held row, or its implied counters written to buf. */
-HM_INLINE const double *counter_row(const hm_state *s, int64_t row, double *buf) {
-    if (s->counters) return s->counters + row * s->dim;
-    implied_row(s, row, buf);
+    for (int64_t i = 0; i < s->dim; i++) buf[i] = (double)(float)((double)a[i] * norm);
     return buf;
+}
+
+void hm_counter_rows(const hm_state *s, int64_t from, int64_t to, double *out) {
+    int64_t d = s->dim;
+    for (int64_t r = from; r < to; r++) {
+        double *o = out + (r - from) * d;
+        const double *c = counter_row(s, r, o);
+        if (c != o) memcpy(o, c, (size_t)d * sizeof(double));
+    }
 }
 
 static int64_t append_row(hm_state *s, const double *address, const double *counter,
@@ -1097,9 +1138,14 @@ static int64_t append_row(hm_state *s, const double *address, const double *coun
     if (s->counters) {
         double *c = s->counters + row * d;
         for (int64_t i = 0; i < d; i++) { a[i] = (float)address[i]; c[i] = counter[i]; }
-    } else {  /* implied (a plain input that the caller checked): the norm holds them */
+    } else {  /* a plain input (the caller checked): implied, or an exception */
         for (int64_t i = 0; i < d; i++) a[i] = (float)address[i];
         s->norms[row] = sqrt(ddot(counter, counter, d));
+        if (counters_need(a, s->norms[row], weight, counter, d) != 0) {
+            int64_t e = s->n_exceptions++;  /* room reserved by the caller */
+            s->exception_rows[e] = row;
+            memcpy(s->exception_counters + e * d, counter, (size_t)d * sizeof(double));
+        }
     }
     s->weights[row] = weight;
     s->ids[row] = s->next_id++;
@@ -2562,7 +2608,7 @@ int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const flo
     softmax_d(sims, kk, c->beta, weights);
     /* implied counters (a plain state that holds none): the read-out's rows
      * are made from the addresses and norms, once, for this read */
-    double *implied = NULL;
+    double *implied = NULL;  /* each row made here, or a pointer to its exception */
     if (!s->counters && (fast_result || fast_only)) {
         implied = (double *)malloc(kp * (size_t)d * sizeof(double));
         if (!implied) { free(block); return HM_ERR_NOMEM; }

@@ -39,8 +39,7 @@ typedef struct {
     int64_t *ids;       /* [capacity] */
     float *addresses;   /* [capacity * dim] unit (or zero) rows */
     void *addresses16;  /* [capacity * dim] IEEE half copy for compact activation, or NULL */
-    double *counters;   /* [capacity * dim], or NULL: implied (a plain state whose every
-                         * row's counters are float(address * norm): see hm_rows_implied) */
+    double *counters;   /* [capacity * dim], or NULL: not held (implied counters, below) */
     double *weights;    /* [capacity] */
     double eta;
     int64_t writes;
@@ -68,6 +67,11 @@ typedef struct {
      * value (a plain memory's fast read at full activation reads out its
      * weight-1 locations as norm * address instead of the float64 counters). */
     double *norms;
+    /* counters NULL: the rows whose counters are not implied, ascending, and
+     * their counters [exceptions capacity * dim] (see hm_inputs_check). */
+    int64_t n_exceptions;
+    int64_t *exception_rows;
+    double *exception_counters;
 } hm_state;
 
 typedef struct {
@@ -121,14 +125,19 @@ void hm_sync_norms(hm_state *s);
 /* Implied counters (plain memories; hopmem_kernel.c, "implied counters"): a
  * row of weight 1 whose counters c equal float(a_i * norm) widened, for its
  * address a and norm |c| (within the read-out-by-norm range), needs no
- * counters held. A state may leave counters NULL while every row is so, and
- * then needs norms. Writes to such a state need inputs that are so
- * (hm_inputs_implied), merges and competitive writes need counters held. */
-int hm_inputs_implied(const float *X, int64_t m, int64_t dim);
-/* 1 when every row of the state (counters held, norms synced) is so. */
-int hm_rows_implied(const hm_state *s);
-/* out [(to - from) * dim]: the implied counters of rows from .. to. */
-void hm_implied_counters(const hm_state *s, int64_t from, int64_t to, double *out);
+ * counters held. A state may leave counters NULL (then it needs norms): the
+ * rows whose counters are not so are its exceptions. Writes to such a state
+ * need inputs within the range and room for their exceptions
+ * (hm_inputs_check); merges and competitive writes need counters held. */
+/* The exceptions the rows of X would make, or -2 when one needs counters held. */
+int64_t hm_inputs_check(const float *X, int64_t m, int64_t dim);
+/* The same for the rows of a state that holds its counters (and syncs its norms). */
+int64_t hm_rows_check(const hm_state *s);
+/* Stop holding the counters (counters NULL): the exceptions (room for
+ * hm_rows_check's count) take the rows that need theirs. */
+void hm_release_counters(hm_state *s);
+/* out [(to - from) * dim]: the counters of rows from .. to, held or not. */
+void hm_counter_rows(const hm_state *s, int64_t from, int64_t to, double *out);
 
 /* out[i] = x[i] as an IEEE half (round to nearest, ties to even) for i < n.
  * Returns 0, writing nothing, when this build has no half type. */

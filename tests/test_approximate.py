@@ -221,6 +221,44 @@ def test_compaction_keeps_the_index_consistent():
     assert again.read(X[:30]).tobytes() == mem.read(X[:30]).tobytes()
 
 
+@pytest.mark.parametrize("unit", [True, False])
+def test_a_plain_write_that_fails_midway_leaves_the_memory_as_it_was(monkeypatch, unit):
+    # A plain write only appends rows, so it is undone by cutting them off
+    # (State.rewind) instead of restoring a snapshot of every row.
+    from hopmem._state import State
+    rng = np.random.default_rng(8)
+    X = clustered(rng, 9000, 16, 12, 0.3)
+    if unit:
+        X /= np.linalg.norm(X, axis=1, keepdims=True)
+    mem = Memory(16, mode="plain", k=5, activation="approximate", probe=2, tau_merge=1.0)
+    mem.write(X[:600])
+    mem.write(np.float32(1e-25) * X[600:601])  # counters held (outside the read-out range)
+    mem.compress()  # a no-op that lets them go again
+    before, reads = mem.snapshot(), mem.read(X[:20])
+    held = mem._state.held_counters is None
+    calls = []
+    real = State.reserve
+
+    def fail_second(self, extra):
+        calls.append(extra)
+        if len(calls) == 2:
+            raise MemoryError("injected")
+        real(self, extra)
+
+    monkeypatch.setattr(State, "reserve", fail_second)
+    with pytest.raises(MemoryError, match="injected"):
+        mem.write(X[601:])  # three chunks: the second fails
+    monkeypatch.setattr(State, "reserve", real)
+    assert len(mem) == 601 and mem.snapshot() == before
+    assert (mem._state.held_counters is None) == held
+    assert mem.read(X[:20]).tobytes() == reads.tobytes()
+    fresh = Memory.from_config(mem.config, before)
+    mem.write(X[601:])
+    fresh.write(X[601:])
+    assert mem.snapshot() == fresh.snapshot()
+    assert mem.read(X[:20]).tobytes() == fresh.read(X[:20]).tobytes()
+
+
 def test_probe_must_be_a_positive_integer():
     with pytest.raises(InvalidConfig, match="probe"):
         Memory(8, activation="approximate", probe=0)
