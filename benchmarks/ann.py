@@ -42,6 +42,7 @@ import argparse
 import dataclasses
 import gc
 import json
+import os
 import math
 import sys
 import time
@@ -242,6 +243,7 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
     for s in range(0, n, BATCH):
         mem.write(X[s:s + BATCH])
     out["write_s"] = time.perf_counter() - t
+    out["load_after_write"] = list(os.getloadavg())  # 1, 5, 15 min: the machine may be shared
     ix = mem._state.index
     out["groups"] = ix.groups if ix is not None else 0
     out["memory_bytes"] = memory_bytes(mem)
@@ -322,6 +324,7 @@ def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
             log(f"{peer.name} {peer.knob}={value}: recall@10 {point['recall']:.4f}, "
                 f"p50 {point['p50_ms']:.3f} ms")
     out["curves"] = curves
+    out["load_at_end"] = list(os.getloadavg())
     out["at_recall"] = at_recall(curves)
     for target, row in out["at_recall"].items():
         log(f"recall >= {target}: " + ", ".join(f"{k} {v:.3f} ms" if v is not None else f"{k} -"
