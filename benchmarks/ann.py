@@ -42,8 +42,8 @@ import argparse
 import dataclasses
 import gc
 import json
-import os
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -232,10 +232,15 @@ def recall(got: np.ndarray, want: np.ndarray) -> float:
 
 def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
     set_threads(1)
+    if getattr(args, "index_fit", ""):
+        from hopmem import _kernel
+        per_root, sample, rounds = args.index_fit.split(",")
+        _kernel.APPROX_GROUPS_PER_ROOT = float(per_root)
+        _kernel.APPROX_INDEX_SAMPLE, _kernel.APPROX_INDEX_ITERATIONS = int(sample), int(rounds)
     X, Q = dataset(args.dataset, args.n, args.queries, args.seed, args.texts)
     n, nq = X.shape[0], Q.shape[0]
     out: dict[str, Any] = {"dataset": args.dataset, "n": n, "queries": nq, "dim": DIM, "k": K,
-                           "machine": args.machine}
+                           "machine": args.machine, "index_fit": getattr(args, "index_fit", "")}
     log(f"# {args.dataset}: {n} patterns, {nq} queries")
 
     mem = Memory(DIM, mode="plain", k=K, activation="approximate", probe=args.probes[0])
@@ -378,6 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--texts", type=Path, action="append",
                     help="minilm: a folder of JSON files whose strings join the agent-eval texts")
+    ap.add_argument("--index-fit", default="",
+                    help="GROUPS_PER_ROOT,SAMPLE,ROUNDS: fit the approximate index with these "
+                         "instead of the kernel's defaults (an experiment: 4,16,5 for more groups)")
     ap.add_argument("--machine", default="")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--plot", type=Path)

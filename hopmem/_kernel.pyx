@@ -117,6 +117,9 @@ cdef extern from "hopmem_kernel.h" nogil:
                     double *sims, double *weights, int32_t *iterations, int8_t *converged)
     int hm_read_streams(const hm_state *s, const hm_config *c, int fast_only)
     void hm_stream_force_portable(int on)
+    int hm_read_probed(const hm_state *s, const hm_config *c, const float *Q, int64_t nq,
+                       int fast_only, float *results, float *fast_results, int64_t *rows,
+                       double *sims, double *weights, int32_t *iterations, int8_t *converged)
     int hm_read_full(const hm_state *s, const hm_config *c, const float *Q, int64_t nq,
                      int fast_only, float *results, int32_t *iterations, int8_t *converged)
     int hm_hopfield(const float *X, int64_t n, int64_t dim, const float *Q, int64_t nq,
@@ -385,11 +388,13 @@ INDEX_MIN_ROWS = 512  # hm_index_groups' minimum: no index below it
 # An approximate memory's index decides which rows a read sees, so it is fitted
 # harder than the exact one (which only prunes): rounds of spherical k-means, on
 # this many sample rows a group (hopmem/_reference.py fits it the same way).
-APPROX_INDEX_ITERATIONS = 5
-APPROX_INDEX_SAMPLE = 16
-# Groups of an approximate memory's index fitted on T rows: this many times sqrt(T)
-# (4: as faiss's rule of thumb for IVF lists; 2 left diffuse sets short of 0.99 recall).
-APPROX_GROUPS_PER_ROOT = 4.0
+APPROX_INDEX_ITERATIONS = 10
+APPROX_INDEX_SAMPLE = 32
+# Groups of an approximate memory's index fitted on T rows: this many times sqrt(T).
+# 4 (with 16 sample rows a group and 5 rounds) takes a diffuse set to 0.99 recall
+# and reads faster, but a million writes take about 1.8 times as long (index
+# assignment is rows x groups dot products): see docs/approximate.md.
+APPROX_GROUPS_PER_ROOT = 2.0
 
 
 def approximate_groups(int64_t rows):
@@ -630,9 +635,18 @@ def read(state, cfg, const float[:, ::1] Q, bint fast_only):
     cdef double blas_error = hm_score_error(d, 0)
     if nq == 0:
         return []
+    cdef int rc = 0
+    if nq > 1 and s.groups > 0:  # approximate: the queries grouped by the groups they probe
+        with nogil:
+            rc = hm_read_probed(&s, &c, &Q[0, 0], nq, fast_only, &res_v[0, 0], &fast_v[0, 0],
+                                &rows_v[0, 0], &sims_v[0, 0], &w_v[0, 0], &it_v[0], &conv_v[0])
+        if rc < 0:
+            _raise(rc, "read")
     # One query at a time: with a location index each query's own activation is
     # cheaper, and a full activation streams the rows without scores from BLAS.
-    if nq == 1 or s.groups > 0 or hm_read_streams(&s, &c, fast_only):
+    if rc == 1:
+        pass
+    elif nq == 1 or s.groups > 0 or hm_read_streams(&s, &c, fast_only):
         with nogil:
             for q in range(nq):
                 kk = hm_read(&s, &c, &Q[q, 0], NULL, 0.0, fast_only, &res_v[q, 0], &fast_v[q, 0],
@@ -751,6 +765,10 @@ def read_results(state, cfg, const float[:, ::1] Q, bint fast_only):
     cdef double blas_error = hm_score_error(d, 0)
     cdef int rc
     cdef cnp.ndarray its, convs
+    cdef int64_t *p_rows
+    cdef double *p_f64
+    cdef int32_t *p_its
+    cdef int8_t *p_convs
     if nq == 0:
         return results
     if hm_read_streams(&s, &c, fast_only):
@@ -764,6 +782,22 @@ def read_results(state, cfg, const float[:, ::1] Q, bint fast_only):
         if rc < 0:
             _raise(rc, "read")
         return results
+    if nq > 1 and s.groups > 0:  # approximate: the queries grouped by the groups they probe
+        probe_rows = np.empty((nq, kmax), dtype=np.int64)
+        probe_f64 = np.empty((2, nq, kmax), dtype=np.float64)  # sims, weights
+        its = np.empty(nq, dtype=np.int32)
+        convs = np.empty(nq, dtype=np.int8)
+        p_rows = <int64_t *>cnp.PyArray_DATA(probe_rows)
+        p_f64 = <double *>cnp.PyArray_DATA(probe_f64)
+        p_its = <int32_t *>cnp.PyArray_DATA(its)
+        p_convs = <int8_t *>cnp.PyArray_DATA(convs)
+        with nogil:
+            rc = hm_read_probed(&s, &c, &Q[0, 0], nq, fast_only, res, NULL, p_rows, p_f64,
+                                p_f64 + nq * kmax, p_its, p_convs)
+        if rc < 0:
+            _raise(rc, "read")
+        if rc == 1:
+            return results
     if nq == 1 or s.groups > 0:  # with a location index, each query's own activation is cheaper
         with nogil:
             for q in range(nq):

@@ -104,9 +104,9 @@ def activate(state: State, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarra
 # -- approximate activation (an inverted-file probe of the location index) --------
 
 INDEX_MIN_ROWS = 512
-INDEX_ITERATIONS = 5   # rounds of spherical k-means (the kernel's APPROX_INDEX_ITERATIONS)
-INDEX_SAMPLE = 16      # sample rows a group (APPROX_INDEX_SAMPLE)
-GROUPS_PER_ROOT = 4.0  # groups per sqrt(rows fitted on) (APPROX_GROUPS_PER_ROOT)
+INDEX_ITERATIONS = 10  # rounds of spherical k-means (the kernel's APPROX_INDEX_ITERATIONS)
+INDEX_SAMPLE = 32      # sample rows a group (APPROX_INDEX_SAMPLE)
+GROUPS_PER_ROOT = 2.0  # groups per sqrt(rows fitted on) (APPROX_GROUPS_PER_ROOT)
 
 
 def index_groups(rows: int) -> int:

@@ -203,6 +203,16 @@ int hm_read_full(const hm_state *s, const hm_config *c, const float *Q, int64_t 
 int hm_hopfield(const float *X, int64_t n, int64_t dim, const float *Q, int64_t nq,
                 double beta, int64_t steps, double epsilon, float *out, int32_t *iterations);
 
+/* nq reads of an approximate memory (probe < groups; ranked, not streamed),
+ * the queries grouped by the groups they probe: each group's rows are
+ * scored for all its queries while in cache. Outputs as nq hm_read calls
+ * (rows, sims, weights [nq * min(k, size)], results and fast_results (or
+ * NULL) [nq * dim]), bit-equal to them. Returns 1 when done, 0 when these
+ * reads are not approximate (nothing written: use hm_read), or HM_ERR_NOMEM. */
+int hm_read_probed(const hm_state *s, const hm_config *c, const float *Q, int64_t nq,
+                   int fast_only, float *results, float *fast_results, int64_t *rows,
+                   double *sims, double *weights, int32_t *iterations, int8_t *converged);
+
 /* For tests: 1 makes streamed reads take their portable code everywhere. */
 void hm_stream_force_portable(int on);
 

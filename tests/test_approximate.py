@@ -206,6 +206,26 @@ def test_batched_reads_equal_single_reads():
     assert scored[3].result.tobytes() == batch[3].tobytes()
 
 
+@given(plan())
+def test_batched_reads_grouped_by_probe_are_single_reads_bit_for_bit(p):
+    # A batch visits each probed group once for all the queries that probe it
+    # (hm_read_probed); each query's activation and read are its single read's.
+    X, Q, k, probe = p
+    Q = np.concatenate([Q, np.zeros((1, Q.shape[1]), np.float32)])  # a zero query reads alone
+    _, mem = pair(X, k, probe)
+    for strategy in ("fast", "iterative"):
+        batch = mem.read(Q, strategy)
+        traces = mem.analyze(Q, strategy)
+        for i, q in enumerate(Q):
+            one = mem.analyze(q, strategy)
+            assert batch[i].tobytes() == one.result.tobytes()
+            np.testing.assert_array_equal(traces[i].activated, one.activated)
+            assert traces[i].similarities.tobytes() == one.similarities.tobytes()
+            assert traces[i].weights.tobytes() == one.weights.tobytes()
+            assert traces[i].result.tobytes() == one.result.tobytes()
+            assert (traces[i].first_contact, traces[i].fidelity) == (one.first_contact, one.fidelity)
+
+
 def test_compaction_keeps_the_index_consistent():
     rng = np.random.default_rng(6)
     X = clustered(rng, 1300, 16, 10, 0.05)
