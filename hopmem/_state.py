@@ -138,9 +138,9 @@ class State:
     """Location arrays (capacity >= size) plus the scalar state.
 
     ``implied=True`` (plain memories on the native kernel, which keep norms):
-    a plain location's counters are its one input x, and for almost every x
-    (a unit input but one in ~10^5) x == float(address * |x|) component by
-    component: implied by the address and the norm (see "implied counters"
+    a plain location's counters are its one input x, and for a unit x (all but
+    about one in 50,000) x == float(address * |x|) component by component:
+    implied by the address and the norm (see "implied counters"
     in ``kernels/hopmem_kernel.c``). While every location is of weight 1 with
     a norm in the read-out range, the state holds no counters array
     (``held_counters`` None: 4 bytes a component instead of 12); the few rows
@@ -196,14 +196,15 @@ class State:
         out.flags.writeable = False
         return out
 
-    def _implied_rows(self) -> np.ndarray:
-        out = np.empty((self.size, self.dim), dtype=np.float64)
-        _kernel.counter_rows(self, 0, self.size, out)
-        return out
-
     @counters.setter
     def counters(self, value: np.ndarray) -> None:
         self.held_counters = value
+
+    def _implied_rows(self) -> np.ndarray:
+        """Rows [0, size) of the counters, made by the kernel (held or not)."""
+        out = np.empty((self.size, self.dim), dtype=np.float64)
+        _kernel.counter_rows(self, 0, self.size, out)
+        return out
 
     def hold_counters(self) -> None:
         """Hold the counters as an array (the kernel writes them), if not held so far."""

@@ -1028,10 +1028,10 @@ void hm_sync_norms(hm_state *s) {
 #define HM_NORM_MIN 1e-20     /* read-out by norm (hm_read): the largest norm's range */
 #define HM_NORM_MAX 1e30
 /* A plain location holds one written input x (float32): its counters are x,
- * its weight 1, its norm |x| and its address a = float(x / |x|). For almost
- * every input (a unit input but one in ~10^5, which has a component at a
- * power of two) x is also float(a * |x|), computed in float64 and rounded:
- * its counters are implied by its address and norm. A plain state may then
+ * its weight 1, its norm |x| and its address a = float(x / |x|). For a unit
+ * input (all but about one in 50,000, which has a component at a power of
+ * two; inputs of other norms mostly not) x is also float(a * |x|), computed
+ * in float64 and rounded: its counters are implied by its address and norm. A plain state may then
  * hold no counters (counters NULL): only the rows whose counters are not
  * implied (exceptions, ascending rows) keep theirs, a third of the bytes of
  * a state that holds them all. Rows are then only appended: the caller
