@@ -12,6 +12,7 @@ import sys
 import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport int64_t, int32_t, int8_t, uint16_t, uint32_t, uint64_t
+from libc.math cimport sqrt
 from libc.stdlib cimport free, malloc
 from scipy.linalg.cython_blas cimport sgemm
 
@@ -70,6 +71,9 @@ cdef extern from "hopmem_kernel.h" nogil:
         int index_stale
         void *assign_dots
         double *norms
+        int64_t n_exceptions
+        int64_t *exception_rows
+        double *exception_counters
 
     ctypedef struct hm_config:
         int competitive
@@ -113,6 +117,9 @@ cdef extern from "hopmem_kernel.h" nogil:
                     double *sims, double *weights, int32_t *iterations, int8_t *converged)
     int hm_read_streams(const hm_state *s, const hm_config *c, int fast_only)
     void hm_stream_force_portable(int on)
+    int hm_read_probed(const hm_state *s, const hm_config *c, const float *Q, int64_t nq,
+                       int fast_only, float *results, float *fast_results, int64_t *rows,
+                       double *sims, double *weights, int32_t *iterations, int8_t *converged)
     int hm_read_full(const hm_state *s, const hm_config *c, const float *Q, int64_t nq,
                      int fast_only, float *results, int32_t *iterations, int8_t *converged)
     int hm_hopfield(const float *X, int64_t n, int64_t dim, const float *Q, int64_t nq,
@@ -126,6 +133,10 @@ cdef extern from "hopmem_kernel.h" nogil:
     void hm_index_refresh(hm_state *s)
     void hm_index_extend(hm_state *s, int64_t frm)
     void hm_sync_norms(hm_state *s)
+    int64_t hm_inputs_check(const float *X, int64_t m, int64_t dim)
+    int64_t hm_rows_check(const hm_state *s)
+    void hm_release_counters(hm_state *s)
+    void hm_counter_rows(const hm_state *s, int64_t frm, int64_t to, double *out)
     int64_t hm_merge(hm_state *s, int64_t bound, double tau, int64_t *merges,
                      int64_t max_merges)
 
@@ -161,13 +172,18 @@ cdef hm_state _view(state) except *:
     cdef hm_state s
     cdef cnp.ndarray ids = state.ids
     cdef cnp.ndarray addresses = state.addresses
-    cdef cnp.ndarray counters = state.counters
+    cdef cnp.ndarray counters = state.held_counters  # None: implied (see State)
     cdef cnp.ndarray weights = state.weights
     if (ids.dtype.num != cnp.NPY_INT64 or addresses.dtype.num != cnp.NPY_FLOAT32
-            or counters.dtype.num != cnp.NPY_FLOAT64 or weights.dtype.num != cnp.NPY_FLOAT64
-            or not (cnp.PyArray_IS_C_CONTIGUOUS(addresses) and cnp.PyArray_IS_C_CONTIGUOUS(counters)
+            or weights.dtype.num != cnp.NPY_FLOAT64
+            or not (cnp.PyArray_IS_C_CONTIGUOUS(addresses)
                     and cnp.PyArray_IS_C_CONTIGUOUS(ids) and cnp.PyArray_IS_C_CONTIGUOUS(weights))):
         raise TypeError("hopmem kernel: state arrays have unexpected dtypes or layout")
+    if counters is not None and (counters.dtype.num != cnp.NPY_FLOAT64
+                                 or not cnp.PyArray_IS_C_CONTIGUOUS(counters)):
+        raise TypeError("hopmem kernel: the state's counters have an unexpected dtype or layout")
+    if counters is None and state.norms is None:
+        raise TypeError("hopmem kernel: implied counters need the state's norms")
     s.dim = state.dim
     s.size = state.size
     s.capacity = cnp.PyArray_DIM(ids, 0)
@@ -180,7 +196,12 @@ cdef hm_state _view(state) except *:
         if (<cnp.ndarray>half).dtype.num != cnp.NPY_FLOAT16 or cnp.PyArray_DIM(half, 0) != s.capacity:
             raise TypeError("hopmem kernel: the half copy of the addresses is out of shape")
         s.addresses16 = cnp.PyArray_DATA(half)
-    s.counters = <double *>cnp.PyArray_DATA(counters)
+    s.counters = NULL if counters is None else <double *>cnp.PyArray_DATA(counters)
+    s.n_exceptions = 0
+    s.exception_rows = NULL
+    s.exception_counters = NULL
+    if counters is None:
+        _view_exceptions(state, &s)
     s.weights = <double *>cnp.PyArray_DATA(weights)
     norms = state.norms
     if norms is None:
@@ -197,6 +218,22 @@ cdef hm_state _view(state) except *:
     s.rng = <uint64_t>state.rng
     _view_index(state.index, &s)
     return s
+
+
+cdef void _view_exceptions(state, hm_state *s) except *:
+    """The rows whose counters a state that holds none keeps (see State)."""
+    cdef cnp.ndarray rows = state.exception_rows
+    cdef cnp.ndarray counters = state.exception_counters
+    cdef int64_t n = state.n_exceptions
+    if (rows.dtype.num != cnp.NPY_INT64 or counters.dtype.num != cnp.NPY_FLOAT64
+            or cnp.PyArray_NDIM(counters) != 2 or cnp.PyArray_DIM(counters, 1) != s.dim
+            or cnp.PyArray_DIM(rows, 0) != cnp.PyArray_DIM(counters, 0)
+            or not (0 <= n <= cnp.PyArray_DIM(rows, 0))
+            or not (cnp.PyArray_IS_C_CONTIGUOUS(rows) and cnp.PyArray_IS_C_CONTIGUOUS(counters))):
+        raise TypeError("hopmem kernel: the state's exception rows are out of shape")
+    s.n_exceptions = n
+    s.exception_rows = <int64_t *>cnp.PyArray_DATA(rows)
+    s.exception_counters = <double *>cnp.PyArray_DATA(counters)
 
 
 cdef void _blas_dots(const float *A, int64_t n, int64_t dim, const float *X, int64_t nq,
@@ -266,6 +303,56 @@ def sync_norms(state):
         hm_sync_norms(&s)
 
 
+def inputs_check(const float[:, ::1] X):
+    """The rows of X whose counters a plain state that holds none would keep
+    (exceptions), or -2 when one of them needs the counters held (see
+    "implied counters" in kernels/hopmem_kernel.c)."""
+    cdef int64_t rc = 0
+    if X.shape[0] > 0:
+        with nogil:
+            rc = hm_inputs_check(&X[0, 0], X.shape[0], X.shape[1])
+    if rc == -1:
+        raise MemoryError("hopmem kernel: out of memory checking inputs")
+    return rc
+
+
+def _few_exceptions(int64_t exceptions, int64_t rows):
+    """Whether a state of ``rows`` rows holds no counters with this many
+    exceptions: one row in 16 at most (inputs that are not unit, whose rows
+    are mostly exceptions, are better held: no search for each row)."""
+    return 16 * exceptions <= rows
+
+
+def release_counters(state):
+    """Stop holding the counters of a plain state whose rows all allow it: the
+    few rows that need theirs keep them as exceptions. Returns whether it did."""
+    cdef hm_state s = _view(state)
+    cdef int64_t n
+    if s.counters == NULL:
+        return True
+    with nogil:
+        n = hm_rows_check(&s)
+    if n < 0 or not _few_exceptions(n, s.size):
+        return False
+    state.reserve_exceptions(n)
+    _view_exceptions(state, &s)
+    with nogil:
+        hm_release_counters(&s)
+    state.held_counters = None
+    state.n_exceptions = s.n_exceptions
+    return True
+
+
+def counter_rows(state, int64_t start, int64_t stop, double[:, ::1] out):
+    """out[:] = the counters of rows start .. stop, held or not."""
+    cdef hm_state s = _view(state)
+    if not (0 <= start <= stop <= s.size) or out.shape[0] != stop - start or out.shape[1] != s.dim:
+        raise ValueError("counter_rows: rows or output out of range")
+    if stop > start:
+        with nogil:
+            hm_counter_rows(&s, start, stop, &out[0, 0])
+
+
 def refresh_index(state):
     """Rebuild the index's member lists after rows were truncated, or restored in
     place to earlier addresses of the same rows (benchmarks rewinding a write)."""
@@ -303,6 +390,18 @@ INDEX_MIN_ROWS = 512  # hm_index_groups' minimum: no index below it
 # this many sample rows a group (hopmem/_reference.py fits it the same way).
 APPROX_INDEX_ITERATIONS = 10
 APPROX_INDEX_SAMPLE = 32
+# Groups of an approximate memory's index fitted on T rows: this many times sqrt(T).
+# 4 (with 16 sample rows a group and 5 rounds) takes a diffuse set to 0.99 recall
+# and reads faster, but a million writes take about 1.8 times as long (index
+# assignment is rows x groups dot products): see docs/approximate.md.
+APPROX_GROUPS_PER_ROOT = 2.0
+
+
+def approximate_groups(int64_t rows):
+    """Groups of an approximate memory's index fitted on ``rows`` rows (0 below INDEX_MIN_ROWS)."""
+    if rows < INDEX_MIN_ROWS:
+        return 0
+    return max(16, <int64_t>(<double>APPROX_GROUPS_PER_ROOT * sqrt(<double>rows)))
 
 
 def approximate_index_rows(int64_t rows):
@@ -341,7 +440,7 @@ def approximate_index(state, k):
         return
     if index is not None and index.rows == fit and index.useful:
         return
-    groups = hm_index_groups(fit)
+    groups = approximate_groups(fit)
     from hopmem._state import LocationIndex
     fresh = LocationIndex(groups, state.dim, state.capacity, fit, int(k))
     fresh.useful = True
@@ -410,6 +509,7 @@ def maintain_index(state, k=None, *, groups=None, force=False):
 
 cdef void _store(state, hm_state *s) except *:
     state.size = s.size
+    state.n_exceptions = s.n_exceptions
     state.eta = s.eta
     state.writes = s.writes
     state.next_id = s.next_id
@@ -467,6 +567,12 @@ def write(state, cfg, const float[:, ::1] X):
     merges_out = []
     cdef bint approximate = c.probe > 0
     cdef int64_t fit_at
+    if state.held_counters is None:
+        need = -2 if c.competitive else inputs_check(X)
+        if need < 0 or not _few_exceptions(state.n_exceptions + need, state.size + m_all):
+            state.hold_counters()  # an input outside the rule, or too many exceptions
+        else:
+            state.reserve_exceptions(need)
     while start < m_all:
         m = min(<int64_t>WRITE_CHUNK, m_all - start)
         if approximate and not c.competitive:
@@ -529,9 +635,18 @@ def read(state, cfg, const float[:, ::1] Q, bint fast_only):
     cdef double blas_error = hm_score_error(d, 0)
     if nq == 0:
         return []
+    cdef int rc = 0
+    if nq > 1 and s.groups > 0:  # approximate: the queries grouped by the groups they probe
+        with nogil:
+            rc = hm_read_probed(&s, &c, &Q[0, 0], nq, fast_only, &res_v[0, 0], &fast_v[0, 0],
+                                &rows_v[0, 0], &sims_v[0, 0], &w_v[0, 0], &it_v[0], &conv_v[0])
+        if rc < 0:
+            _raise(rc, "read")
     # One query at a time: with a location index each query's own activation is
     # cheaper, and a full activation streams the rows without scores from BLAS.
-    if nq == 1 or s.groups > 0 or hm_read_streams(&s, &c, fast_only):
+    if rc == 1:
+        pass
+    elif nq == 1 or s.groups > 0 or hm_read_streams(&s, &c, fast_only):
         with nogil:
             for q in range(nq):
                 kk = hm_read(&s, &c, &Q[q, 0], NULL, 0.0, fast_only, &res_v[q, 0], &fast_v[q, 0],
@@ -650,6 +765,10 @@ def read_results(state, cfg, const float[:, ::1] Q, bint fast_only):
     cdef double blas_error = hm_score_error(d, 0)
     cdef int rc
     cdef cnp.ndarray its, convs
+    cdef int64_t *p_rows
+    cdef double *p_f64
+    cdef int32_t *p_its
+    cdef int8_t *p_convs
     if nq == 0:
         return results
     if hm_read_streams(&s, &c, fast_only):
@@ -663,6 +782,22 @@ def read_results(state, cfg, const float[:, ::1] Q, bint fast_only):
         if rc < 0:
             _raise(rc, "read")
         return results
+    if nq > 1 and s.groups > 0:  # approximate: the queries grouped by the groups they probe
+        probe_rows = np.empty((nq, kmax), dtype=np.int64)
+        probe_f64 = np.empty((2, nq, kmax), dtype=np.float64)  # sims, weights
+        its = np.empty(nq, dtype=np.int32)
+        convs = np.empty(nq, dtype=np.int8)
+        p_rows = <int64_t *>cnp.PyArray_DATA(probe_rows)
+        p_f64 = <double *>cnp.PyArray_DATA(probe_f64)
+        p_its = <int32_t *>cnp.PyArray_DATA(its)
+        p_convs = <int8_t *>cnp.PyArray_DATA(convs)
+        with nogil:
+            rc = hm_read_probed(&s, &c, &Q[0, 0], nq, fast_only, res, NULL, p_rows, p_f64,
+                                p_f64 + nq * kmax, p_its, p_convs)
+        if rc < 0:
+            _raise(rc, "read")
+        if rc == 1:
+            return results
     if nq == 1 or s.groups > 0:  # with a location index, each query's own activation is cheaper
         with nogil:
             for q in range(nq):
@@ -740,6 +875,7 @@ def attention(state, cfg, const float[::1] q, double scale):
 
 
 def _merge(state, int64_t bound, double tau):
+    state.hold_counters()  # merged rows add counters: held (State.drop_implied_counters after)
     cdef hm_state s = _view(state)
     cdef int64_t cap = max(1, s.size), count
     merges = np.empty((cap, 3), dtype=np.int64)

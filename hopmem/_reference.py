@@ -106,11 +106,12 @@ def activate(state: State, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarra
 INDEX_MIN_ROWS = 512
 INDEX_ITERATIONS = 10  # rounds of spherical k-means (the kernel's APPROX_INDEX_ITERATIONS)
 INDEX_SAMPLE = 32      # sample rows a group (APPROX_INDEX_SAMPLE)
+GROUPS_PER_ROOT = 2.0  # groups per sqrt(rows fitted on) (APPROX_GROUPS_PER_ROOT)
 
 
 def index_groups(rows: int) -> int:
-    """Groups of a location index over ``rows`` rows (0: none below 512)."""
-    return 0 if rows < INDEX_MIN_ROWS else max(16, int(2.0 * math.sqrt(rows)))
+    """Groups of an approximate memory's index fitted on ``rows`` rows (0: none below 512)."""
+    return 0 if rows < INDEX_MIN_ROWS else max(16, int(GROUPS_PER_ROOT * math.sqrt(rows)))
 
 
 def approximate_index_rows(rows: int) -> int:

@@ -135,10 +135,24 @@ class LocationIndex:
 
 
 class State:
-    """Location arrays (capacity >= size) plus the scalar state."""
+    """Location arrays (capacity >= size) plus the scalar state.
+
+    ``implied=True`` (plain memories on the native kernel, which keep norms):
+    a plain location's counters are its one input x, and for a unit x (all but
+    about one in 50,000) x == float(address * |x|) component by component:
+    implied by the address and the norm (see "implied counters"
+    in ``kernels/hopmem_kernel.c``). While every location is of weight 1 with
+    a norm in the read-out range, the state holds no counters array
+    (``held_counters`` None: 4 bytes a component instead of 12); the few rows
+    whose counters are not implied keep theirs (``exception_rows``,
+    ascending, and ``exception_counters``). ``counters`` makes them all, bit
+    for bit what a state that holds them holds. The kernel holds them
+    (:meth:`hold_counters`) before a merge or a write of an input outside
+    that range; :meth:`drop_implied_counters` lets them go again.
+    """
 
     def __init__(self, dim: int, eta: float, seed: int, capacity: int = 16,
-                 compact: bool = False, norms: bool = False) -> None:
+                 compact: bool = False, norms: bool = False, implied: bool = False) -> None:
         self.dim = dim
         capacity = max(capacity, 1)
         self.ids = np.zeros(capacity, dtype=np.int64)
@@ -146,7 +160,12 @@ class State:
         # Compact activation keeps an IEEE half copy of the addresses, which
         # the kernel updates row by row with every address it changes.
         self.addresses16 = np.zeros((capacity, dim), dtype=np.float16) if compact else None
-        self.counters = zeros_aligned((capacity, dim), np.float64)
+        self.implied = bool(implied and norms)
+        self.held_counters: np.ndarray | None = (
+            None if self.implied else zeros_aligned((capacity, dim), np.float64))
+        self.exception_rows = np.zeros(0, dtype=np.int64)
+        self.exception_counters = np.zeros((0, dim), dtype=np.float64)
+        self.n_exceptions = 0
         # A plain memory on the native kernel keeps each row's |counters|, which
         # the kernel updates with every row it changes (derived data, never in a
         # snapshot): its fast read then reads a location of weight 1 out as
@@ -167,6 +186,54 @@ class State:
     def capacity(self) -> int:
         return self.ids.shape[0]
 
+    @property
+    def counters(self) -> np.ndarray:
+        """The counters, float64 (capacity, d): the held array, or (implied) rows
+        [0, size) made from the addresses and norms, read-only."""
+        if self.held_counters is not None:
+            return self.held_counters
+        out = self._implied_rows()
+        out.flags.writeable = False
+        return out
+
+    @counters.setter
+    def counters(self, value: np.ndarray) -> None:
+        self.held_counters = value
+
+    def _implied_rows(self) -> np.ndarray:
+        """Rows [0, size) of the counters, made by the kernel (held or not)."""
+        out = np.empty((self.size, self.dim), dtype=np.float64)
+        _kernel.counter_rows(self, 0, self.size, out)
+        return out
+
+    def hold_counters(self) -> None:
+        """Hold the counters as an array (the kernel writes them), if not held so far."""
+        if self.held_counters is None:
+            held = zeros_aligned((self.capacity, self.dim), np.float64)
+            _kernel.counter_rows(self, 0, self.size, held[: self.size])
+            self.held_counters = held
+            self.exception_rows = np.zeros(0, dtype=np.int64)
+            self.exception_counters = np.zeros((0, self.dim), dtype=np.float64)
+            self.n_exceptions = 0
+
+    def drop_implied_counters(self) -> None:
+        """Stop holding the counters where every row allows it (an implied state)."""
+        if self.implied and self.held_counters is not None:
+            _kernel.release_counters(self)
+
+    def reserve_exceptions(self, extra: int) -> None:
+        """Make room for ``extra`` more exception rows (amortised doubling)."""
+        need = self.n_exceptions + extra
+        have = self.exception_rows.shape[0]
+        if need <= have:
+            return
+        new = max(need, 2 * have, 16)
+        rows = np.zeros(new, dtype=np.int64)
+        counters = np.zeros((new, self.dim), dtype=np.float64)
+        rows[: self.n_exceptions] = self.exception_rows[: self.n_exceptions]
+        counters[: self.n_exceptions] = self.exception_counters[: self.n_exceptions]
+        self.exception_rows, self.exception_counters = rows, counters
+
     def reserve(self, extra: int) -> None:
         """Make room for ``extra`` more rows (amortised doubling)."""
         need = self.size + extra
@@ -176,7 +243,6 @@ class State:
         n = self.size
         ids = np.zeros(new, dtype=np.int64)
         addresses = zeros_aligned((new, self.dim), np.float32)
-        counters = zeros_aligned((new, self.dim), np.float64)
         weights = np.zeros(new, dtype=np.float64)
         ids[:n] = self.ids[:n]
         addresses[:n] = self.addresses[:n]
@@ -184,22 +250,46 @@ class State:
             half = np.zeros((new, self.dim), dtype=np.float16)
             half[:n] = self.addresses16[:n]
             self.addresses16 = half
-        counters[:n] = self.counters[:n]
+        counters = None
+        if self.held_counters is not None:
+            counters = zeros_aligned((new, self.dim), np.float64)
+            counters[:n] = self.held_counters[:n]
         if self.norms is not None:
             norms = np.zeros(new, dtype=np.float64)
             norms[:n] = self.norms[:n]
             self.norms = norms
         weights[:n] = self.weights[:n]
-        self.ids, self.addresses, self.counters, self.weights = ids, addresses, counters, weights
+        self.ids, self.addresses, self.held_counters, self.weights = ids, addresses, counters, weights
         if self.index is not None:
             self.index.grow(new, n)
+
+    def mark(self) -> tuple:
+        """What :meth:`rewind` needs to undo a plain write (rows only appended)."""
+        return (self.size, self.writes, self.next_id, self.eta, self.rng, self.n_exceptions,
+                self.held_counters is None)
+
+    def rewind(self, mark: tuple) -> None:
+        """Undo the rows appended since ``mark`` (a plain write that failed midway):
+        cheaper than a snapshot, which copies every row. The index is dropped
+        (the caller marks it due again)."""
+        size, self.writes, self.next_id, self.eta, self.rng, n_exceptions, lean = mark
+        for array in (self.ids, self.addresses, self.held_counters, self.weights, self.norms,
+                      self.addresses16):
+            if array is not None:
+                array[size:self.size] = 0
+        self.size = size
+        self.n_exceptions = n_exceptions if self.held_counters is None else 0
+        self.index, self.index_pending = None, False
+        if lean:
+            self.drop_implied_counters()  # held for an input of the write: no longer needed
 
     def snapshot(self) -> Snapshot:
         n = self.size
         return Snapshot(
             ids=self.ids[:n].copy(),
             addresses=self.addresses[:n].copy(),
-            counters=self.counters[:n].copy(),
+            counters=(self._implied_rows() if self.held_counters is None
+                      else self.held_counters[:n].copy()),
             weights=self.weights[:n].copy(),
             eta=self.eta,
             writes=self.writes,
@@ -209,9 +299,11 @@ class State:
 
     @classmethod
     def from_snapshot(cls, dim: int, snap: Snapshot, compact: bool = False,
-                      norms: bool = False) -> State:
+                      norms: bool = False, implied: bool = False) -> State:
         n = int(snap.ids.shape[0])
-        state = cls(dim, snap.eta, 0, capacity=restore_capacity(n), compact=compact, norms=norms)
+        state = cls(dim, snap.eta, 0, capacity=restore_capacity(n), compact=compact, norms=norms,
+                    implied=implied)
+        state.hold_counters()
         state.ids[:n] = snap.ids
         state.addresses[:n] = snap.addresses
         state.counters[:n] = snap.counters
@@ -221,7 +313,7 @@ class State:
 
     @classmethod
     def adopt(cls, dim: int, snap: Snapshot, compact: bool = False,
-              norms: bool = False) -> State:
+              norms: bool = False, implied: bool = False) -> State:
         """``from_snapshot`` that takes over the snapshot's arrays instead of copying them.
 
         For a snapshot made to be adopted: each array the first rows of a
@@ -237,8 +329,9 @@ class State:
         bases = [_spare_base(a, restore_capacity(n)) for a in arrays]
         spare = [b for b in bases if b is not None]
         if len(spare) < len(bases):
-            return cls.from_snapshot(dim, snap, compact=compact, norms=norms)
+            return cls.from_snapshot(dim, snap, compact=compact, norms=norms, implied=implied)
         state = cls(dim, snap.eta, 0, capacity=1, compact=compact)
+        state.implied = bool(implied and norms)
         state.ids, state.addresses, state.counters, state.weights = spare
         if compact:
             state.addresses16 = np.zeros((restore_capacity(n), dim), dtype=np.float16)
@@ -260,9 +353,10 @@ class State:
             to_half(np.ascontiguousarray(snap.addresses, np.float32), self.addresses16[:n])
         if self.norms is not None:
             _kernel.sync_norms(self)  # the kernel's own arithmetic, as its writes keep them
+        self.drop_implied_counters()
 
     def restore(self, snap: Snapshot) -> None:
         """Overwrite this state in place with a snapshot (used to roll back)."""
         other = State.from_snapshot(self.dim, snap, compact=self.addresses16 is not None,
-                                    norms=self.norms is not None)
+                                    norms=self.norms is not None, implied=self.implied)
         self.__dict__.update(other.__dict__)

@@ -490,10 +490,14 @@ class Memory:
         self._lock = RWLock()
         compact = config.activation == "compact" and self._engine.name == "native"
         norms = config.mode == "plain" and self._engine.name == "native"
+        # plain locations' counters implied by address and norm while they can be (State)
+        implied = norms
         if snapshot is None:
-            self._state = State(config.dim, config.eta0, config.seed, compact=compact, norms=norms)
+            self._state = State(config.dim, config.eta0, config.seed, compact=compact, norms=norms,
+                                implied=implied)
         else:
-            self._state = State.from_snapshot(config.dim, snapshot, compact=compact, norms=norms)
+            self._state = State.from_snapshot(config.dim, snapshot, compact=compact, norms=norms,
+                                              implied=implied)
             self._engine.state_replaced(self._state)
 
     @classmethod
@@ -599,12 +603,20 @@ class Memory:
         # The kernel checks everything before it mutates, so a batch that fits
         # one kernel call cannot fail halfway; only longer batches (several
         # calls) and the Python reference need a snapshot to roll back to.
-        before = self._state.snapshot() if self._engine.may_fail_midway(X.shape[0]) else None
+        # A plain write only appends rows: undone by cutting them off (State.rewind),
+        # where a snapshot would copy every row the memory holds.
+        midway = self._engine.may_fail_midway(X.shape[0])
+        plain = midway and not self._config.competitive
+        before = self._state.snapshot() if midway and not plain else None
+        mark = self._state.mark() if plain else None
         try:
             touched, created, merges = self._engine.write(self._state, self._kcfg, X)
         except BaseException:
             if before is not None:
                 self._state.restore(before)
+                self._engine.state_replaced(self._state)
+            elif mark is not None:
+                self._state.rewind(mark)
                 self._engine.state_replaced(self._state)
             raise
         return WriteResult(X.shape[0], touched, created, merges)
@@ -625,6 +637,7 @@ class Memory:
             merges = list(self._engine.merge_above(self._state, self._config.tau_merge))
             if bound is not None:
                 merges += list(self._engine.merge_closest_until(self._state, int(bound)))
+            self._state.drop_implied_counters()  # held for the merges (no merge: implied still)
             if merges and self._config.activation == "approximate":
                 # rows left: fit the index anew, as a restore of this state would
                 self._state.index = None
@@ -679,7 +692,7 @@ class Memory:
         mem = cls.__new__(cls)
         mem._init(config, None, backend)
         mem._state = State.adopt(config.dim, snapshot, compact=mem._state.addresses16 is not None,
-                                 norms=mem._state.norms is not None)
+                                 norms=mem._state.norms is not None, implied=mem._state.implied)
         mem._engine.state_replaced(mem._state)
         return mem
 

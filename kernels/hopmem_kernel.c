@@ -1020,20 +1020,138 @@ HM_INLINE void sync_norm(hm_state *s, int64_t row) {
 }
 
 void hm_sync_norms(hm_state *s) {
+    if (!s->counters) return;  /* implied counters: the norms are their source */
     for (int64_t r = 0; r < s->size; r++) sync_norm(s, r);
+}
+
+/* ---- implied counters ------------------------------------------------------------ */
+#define HM_NORM_MIN 1e-20     /* read-out by norm (hm_read): the largest norm's range */
+#define HM_NORM_MAX 1e30
+/* A plain location holds one written input x (float32): its counters are x,
+ * its weight 1, its norm |x| and its address a = float(x / |x|). For a unit
+ * input (all but about one in 50,000, which has a component at a power of
+ * two; inputs of other norms mostly not) x is also float(a * |x|), computed
+ * in float64 and rounded: its counters are implied by its address and norm. A plain state may then
+ * hold no counters (counters NULL): only the rows whose counters are not
+ * implied (exceptions, ascending rows) keep theirs, a third of the bytes of
+ * a state that holds them all. Rows are then only appended: the caller
+ * (hopmem/_kernel.pyx) holds the counters before a merge, and before a write
+ * of an input outside the read-out-by-norm range (hm_inputs_check), and
+ * reserves room for the exceptions a write makes. */
+
+/* What a plain location's counters c need: 0 implied by the address a and
+ * norm, 1 an exception, 2 counters held (a norm outside the range, so that a
+ * state that holds none always reads out by norm, or a weight other than 1). */
+static int counters_need(const float *a, double norm, double weight, const double *c,
+                         int64_t dim) {
+    if (!(norm >= HM_NORM_MIN && norm <= HM_NORM_MAX) || weight != 1.0) return 2;
+    for (int64_t i = 0; i < dim; i++)
+        if ((double)(float)((double)a[i] * norm) != c[i]) return 1;
+    return 0;
+}
+
+/* counters_need of the location that spawn makes from x (tmp: 2 dim doubles,
+ * a: dim floats): as spawn makes its address and norm. */
+static int input_need(const float *x, int64_t dim, double *tmp, float *a) {
+    double *c = tmp, *t = tmp + dim;
+    for (int64_t i = 0; i < dim; i++) t[i] = c[i] = (double)x[i];
+    double norm = normalize_d(t, dim);
+    for (int64_t i = 0; i < dim; i++) a[i] = (float)t[i];
+    return counters_need(a, norm, 1.0, c, dim);
+}
+
+int64_t hm_inputs_check(const float *X, int64_t m, int64_t dim) {
+    double *tmp = (double *)malloc((size_t)dim * 2 * sizeof(double));
+    float *a = (float *)malloc((size_t)dim * sizeof(float));
+    int64_t exceptions = tmp && a ? 0 : HM_ERR_NOMEM;
+    for (int64_t r = 0; exceptions >= 0 && r < m; r++) {
+        int need = input_need(X + r * dim, dim, tmp, a);
+        if (need == 2) exceptions = -2;
+        else exceptions += need;
+    }
+    free(tmp);
+    free(a);
+    return exceptions;
+}
+
+int64_t hm_rows_check(const hm_state *s) {
+    if (!s->counters || !s->norms) return s->counters ? -2 : s->n_exceptions;
+    int64_t exceptions = 0;
+    for (int64_t r = 0; r < s->size; r++) {
+        int need = counters_need(s->addresses + r * s->dim, s->norms[r], s->weights[r],
+                                 s->counters + r * s->dim, s->dim);
+        if (need == 2) return -2;
+        exceptions += need;
+    }
+    return exceptions;
+}
+
+void hm_release_counters(hm_state *s) {
+    int64_t d = s->dim, e = 0;
+    for (int64_t r = 0; r < s->size; r++) {
+        const double *c = s->counters + r * d;
+        if (counters_need(s->addresses + r * d, s->norms[r], 1.0, c, d) == 0) continue;
+        s->exception_rows[e] = r;
+        memcpy(s->exception_counters + e * d, c, (size_t)d * sizeof(double));
+        e++;
+    }
+    s->n_exceptions = e;
+    s->counters = NULL;
+}
+
+/* The exception that holds row `row`'s counters, or NULL (binary search). */
+static const double *exception_of(const hm_state *s, int64_t row) {
+    int64_t lo = 0, hi = s->n_exceptions;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (s->exception_rows[mid] < row) lo = mid + 1; else hi = mid;
+    }
+    return lo < s->n_exceptions && s->exception_rows[lo] == row
+               ? s->exception_counters + lo * s->dim : NULL;
+}
+
+/* Row `row`'s counters: the held row, its exception, or its implied
+ * counters out[i] = float(a_i * norm) (widened), written to buf. */
+static const double *counter_row(const hm_state *s, int64_t row, double *buf) {
+    if (s->counters) return s->counters + row * s->dim;
+    const double *e = exception_of(s, row);
+    if (e) return e;
+    const float *a = s->addresses + row * s->dim;
+    double norm = s->norms[row];
+    for (int64_t i = 0; i < s->dim; i++) buf[i] = (double)(float)((double)a[i] * norm);
+    return buf;
+}
+
+void hm_counter_rows(const hm_state *s, int64_t from, int64_t to, double *out) {
+    int64_t d = s->dim;
+    for (int64_t r = from; r < to; r++) {
+        double *o = out + (r - from) * d;
+        const double *c = counter_row(s, r, o);
+        if (c != o) memcpy(o, c, (size_t)d * sizeof(double));
+    }
 }
 
 static int64_t append_row(hm_state *s, const double *address, const double *counter,
                           double weight) {
     int64_t row = s->size, d = s->dim;
     float *a = s->addresses + row * d;
-    double *c = s->counters + row * d;
-    for (int64_t i = 0; i < d; i++) { a[i] = (float)address[i]; c[i] = counter[i]; }
+    if (s->counters) {
+        double *c = s->counters + row * d;
+        for (int64_t i = 0; i < d; i++) { a[i] = (float)address[i]; c[i] = counter[i]; }
+    } else {  /* a plain input (the caller checked): implied, or an exception */
+        for (int64_t i = 0; i < d; i++) a[i] = (float)address[i];
+        s->norms[row] = sqrt(ddot(counter, counter, d));
+        if (counters_need(a, s->norms[row], weight, counter, d) != 0) {
+            int64_t e = s->n_exceptions++;  /* room reserved by the caller */
+            s->exception_rows[e] = row;
+            memcpy(s->exception_counters + e * d, counter, (size_t)d * sizeof(double));
+        }
+    }
     s->weights[row] = weight;
     s->ids[row] = s->next_id++;
     s->size++;
     sync_rows16(s, row, 1);
-    sync_norm(s, row);
+    if (s->counters) sync_norm(s, row);
     index_add(s, row);
     return s->ids[row];
 }
@@ -1053,8 +1171,9 @@ static void remove_row(hm_state *s, int64_t row) {
         if (s->norms) memmove(s->norms + row, s->norms + row + 1, (size_t)tail * sizeof(double));
         memmove(s->addresses + row * d, s->addresses + (row + 1) * d,
                 (size_t)(tail * d) * sizeof(float));
-        memmove(s->counters + row * d, s->counters + (row + 1) * d,
-                (size_t)(tail * d) * sizeof(double));
+        if (s->counters)
+            memmove(s->counters + row * d, s->counters + (row + 1) * d,
+                    (size_t)(tail * d) * sizeof(double));
         if (s->addresses16)
             memmove((uint16_t *)s->addresses16 + row * d,
                     (uint16_t *)s->addresses16 + (row + 1) * d,
@@ -1912,8 +2031,6 @@ HM_INLINE int reuses_address(const hm_state *s, const hm_config *c, int64_t row)
  * reference per block. docs/hopfield.md gives the error bound against a float64
  * evaluation that tests/test_hopfield.py enforces. */
 
-#define HM_NORM_MIN 1e-20     /* read-out by norm: the largest norm's range */
-#define HM_NORM_MAX 1e30
 /* Rows a block scores and reads out together. Each block ends in a partial
  * and a merge, and starts with no reference logit; at 128 rows that cost a
  * pass over 10,000 rows ~3%, at 1,024 rows ~0.3%, while a pass long enough
@@ -2429,6 +2546,14 @@ int hm_hopfield(const float *X, int64_t n, int64_t dim, const float *Q, int64_t 
 }
 
 HM_CLONES
+/* A ranked read (not streamed): the activation, then the read over it. given
+ * >= 0: rows and sims already hold the activation (given rows: see
+ * hm_read_probed), dots are not used. */
+static int64_t read_ranked(const hm_state *s, const hm_config *c, const float *q,
+                           const float *dots, double dots_error, int64_t given, int fast_only,
+                           float *result, float *fast_result, int64_t *rows, double *sims,
+                           double *weights, int32_t *iterations, int8_t *converged);
+
 int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const float *dots,
                 double dots_error, int fast_only, float *result, float *fast_result,
                 int64_t *rows, double *sims, double *weights, int32_t *iterations,
@@ -2438,16 +2563,25 @@ int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const flo
                                iterations, converged);
         return rc < 0 ? rc : s->size;
     }
+    return read_ranked(s, c, q, dots, dots_error, -1, fast_only, result, fast_result, rows,
+                       sims, weights, iterations, converged);
+}
+
+static int64_t read_ranked(const hm_state *s, const hm_config *c, const float *q,
+                           const float *dots, double dots_error, int64_t given, int fast_only,
+                           float *result, float *fast_result, int64_t *rows, double *sims,
+                           double *weights, int32_t *iterations, int8_t *converged) {
     int64_t d = s->dim;
     int64_t kmax = c->k < s->size ? c->k : s->size;
     if (!rows) {  /* no trace wanted: scratch for the ranked path's own use */
         size_t kk = (size_t)(kmax > 0 ? kmax : 1);
         char *own = (char *)malloc(kk * (sizeof(int64_t) + 2 * sizeof(double)));
         if (!own) return HM_ERR_NOMEM;
-        int64_t rc = hm_read(s, c, q, dots, dots_error, fast_only, result, fast_result,
-                             (int64_t *)own, (double *)(own + kk * sizeof(int64_t)),
-                             (double *)(own + kk * (sizeof(int64_t) + sizeof(double))),
-                             iterations, converged);
+        int64_t rc = read_ranked(s, c, q, dots, dots_error, given, fast_only, result,
+                                 fast_result, (int64_t *)own,
+                                 (double *)(own + kk * sizeof(int64_t)),
+                                 (double *)(own + kk * (sizeof(int64_t) + sizeof(double))),
+                                 iterations, converged);
         free(own);
         return rc;
     }
@@ -2474,9 +2608,14 @@ int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const flo
     const double **units64 = block ? (const double **)(units + 2 * kp) : NULL;
     const double **crows = block ? units64 + 2 * kp : NULL;
     float *own_units = block && !copies ? (float *)(crows + kp) : NULL;
-    int ok = act_alloc(&a, s->size, kmax, d) && block;
-    int64_t kk = ok ? activate(s, c, q, dots, dots_error, rows, sims, &a) : HM_ERR_NOMEM;
-    act_free(&a);
+    int64_t kk = given;
+    if (given < 0) {
+        int ok = act_alloc(&a, s->size, kmax, d) && block;
+        kk = ok ? activate(s, c, q, dots, dots_error, rows, sims, &a) : HM_ERR_NOMEM;
+        act_free(&a);
+    } else if (!block) {
+        kk = HM_ERR_NOMEM;
+    }
     if (kk < 0) {
         free(block);
         return kk;
@@ -2489,10 +2628,20 @@ int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const flo
      * iterative read that does not want it (fast_result NULL) skips the
      * read-out: in plain mode it then never touches the counters at all. */
     softmax_d(sims, kk, c->beta, weights);
-    for (int64_t j = 0; j < kk; j++) crows[j] = s->counters + rows[j] * d;
+    /* implied counters (a plain state that holds none): the read-out's rows
+     * are made from the addresses and norms, once, for this read */
+    double *implied = NULL;  /* each row made here, or a pointer to its exception */
+    if (!s->counters && (fast_result || fast_only)) {
+        implied = (double *)malloc(kp * (size_t)d * sizeof(double));
+        if (!implied) { free(block); return HM_ERR_NOMEM; }
+    }
+    for (int64_t j = 0; j < kk; j++)
+        crows[j] = implied ? counter_row(s, rows[j], implied + (size_t)j * d)
+                 : s->counters ? s->counters + rows[j] * d : NULL;
     if (fast_result || fast_only) {
         for (int64_t j = 0; j < kk; j++) f[j] = weights[j] / s->weights[rows[j]];
         combine_d(acc, f, crows, kk, d);
+        free(implied);
         normalize_d(acc, d);
         if (fast_result) for (int64_t i = 0; i < d; i++) fast_result[i] = (float)acc[i];
         else for (int64_t i = 0; i < d; i++) result[i] = (float)acc[i];
@@ -2564,27 +2713,146 @@ int64_t hm_read(const hm_state *s, const hm_config *c, const float *q, const flo
     return kk;
 }
 
+/* ---- batched approximate reads: queries grouped by the groups they probe ---------- */
+/* hm_read_probed reads nq queries of an approximate memory as hm_read reads
+ * each: every query ranks the centroids and takes its groups (the rule of
+ * activate_approx), then the groups are visited once each, in group order,
+ * and every query that probes a group scores its rows there, while they are
+ * in cache (one group's rows: ~0.5 MB at a million rows of d = 384), instead
+ * of each query fetching its groups' rows from memory on its own. The scores
+ * are the single read's (score_members), a group is skipped for a query by
+ * the same sound bound (it changes only the cost), and the top k and the
+ * read that follows are the single read's: bit-equal results. */
+
+typedef struct {
+    float *qhat;       /* [d] unit query */
+    int64_t *groups;   /* the groups it probes */
+    int64_t ngroups;
+    hm_pair *cand;     /* candidates: every row scored */
+    int64_t ncand;
+    float *heap;       /* [k] min-heap of the best scores */
+    int64_t have;
+    int single;        /* 1: read on its own with hm_read (a zero query, or a NaN score) */
+} probed_query;
+
+int hm_read_probed(const hm_state *s, const hm_config *c, const float *Q, int64_t nq,
+                   int fast_only, float *results, float *fast_results, int64_t *rows,
+                   double *sims, double *weights, int32_t *iterations, int8_t *converged) {
+    int64_t d = s->dim, G = s->groups, L = s->size;
+    int64_t k = c->k < L ? c->k : L;
+    if (c->probe <= 0 || c->probe >= G || (c->compact && s->addresses16) || k <= 0
+        || streams(s, c, fast_only))
+        return 0;
+    probed_query *pq = (probed_query *)calloc((size_t)nq, sizeof(probed_query));
+    float *qhat = (float *)malloc((size_t)(nq * (d + k)) * sizeof(float));
+    float *gs = (float *)malloc((size_t)G * sizeof(float));
+    hm_pair *order = (hm_pair *)malloc((size_t)G * sizeof(hm_pair));
+    int64_t *count = (int64_t *)calloc((size_t)G + 1, sizeof(int64_t));
+    int64_t *by_group = NULL;
+    int ok = pq && qhat && gs && order && count;
+    int64_t total = 0;
+    for (int64_t i = 0; ok && i < nq; i++) {  /* each query's groups, as activate_approx */
+        probed_query *p = pq + i;
+        p->qhat = qhat + i * (d + k);
+        p->heap = p->qhat + d;
+        if (unit_query(Q + i * d, d, p->qhat) < HM_TINY) { p->single = 1; continue; }
+        hm_dots(s->centroids, G, d, p->qhat, gs);
+        for (int64_t g = 0; g < G; g++) { order[g].v = gs[g]; order[g].r = g; }
+        sort_pairs(order, G);
+        int64_t ng = 0, nrows = 0;
+        while (ng < G && (ng < c->probe || nrows < k)) {
+            int64_t g = order[ng++].r;
+            nrows += s->start[g + 1] - s->start[g];
+        }
+        p->groups = (int64_t *)malloc((size_t)ng * sizeof(int64_t));
+        p->cand = (hm_pair *)malloc((size_t)(nrows > 0 ? nrows : 1) * sizeof(hm_pair));
+        if (!p->groups || !p->cand) { ok = 0; break; }
+        for (int64_t t = 0; t < ng; t++) { p->groups[t] = order[t].r; count[order[t].r + 1]++; }
+        p->ngroups = ng;
+        total += ng;
+    }
+    /* the queries of each group, ascending (a counting sort) */
+    if (ok) by_group = (int64_t *)malloc((size_t)(total > 0 ? total : 1) * sizeof(int64_t));
+    ok = ok && by_group;
+    if (ok) {
+        for (int64_t g = 0; g < G; g++) count[g + 1] += count[g];
+        for (int64_t i = 0; i < nq; i++)
+            for (int64_t t = 0; t < pq[i].ngroups; t++) by_group[count[pq[i].groups[t]]++] = i;
+        for (int64_t g = G; g > 0; g--) count[g] = count[g - 1];
+        count[0] = 0;
+        const double slack = 2.0 * hm_score_error(d, 0);
+        for (int64_t g = 0; g < G; g++) {
+            const int64_t *m = s->members + s->start[g], n = s->start[g + 1] - s->start[g];
+            for (int64_t u = count[g]; u < count[g + 1]; u++) {
+                probed_query *p = pq + by_group[u];
+                if (p->have == k
+                    && (double)dot1(s->centroids + g * d, d, p->qhat) + s->radius[g] + slack
+                           < (double)p->heap[0])
+                    continue;  /* no row of its top k here (see activate_approx) */
+                hm_pair *next = p->cand + p->ncand;
+                score_members(s, m, n, p->qhat, NULL, &next, p->heap, k, &p->have);
+                p->ncand = next - p->cand;
+            }
+        }
+    }
+    int64_t rc = ok ? 1 : HM_ERR_NOMEM;
+    for (int64_t i = 0; rc > 0 && i < nq; i++) {
+        probed_query *p = pq + i;
+        int64_t kk = -1;  /* -1: read on its own (hm_read) */
+        if (!p->single) {  /* the top k of its candidates, as activate_approx */
+            float kth = p->heap[0];
+            int64_t keep = 0;
+            int nan = 0;
+            for (int64_t j = 0; j < p->ncand && !nan; j++) {
+                float v = p->cand[j].v;
+                nan = v != v;  /* then hm_read scans, as a single read does */
+                if (v >= kth) p->cand[keep++] = p->cand[j];
+            }
+            if (!nan) {
+                sort_pairs(p->cand, keep);
+                kk = k < keep ? k : keep;
+                for (int64_t j = 0; j < kk; j++) {
+                    rows[i * k + j] = p->cand[j].r;
+                    sims[i * k + j] = (double)p->cand[j].v;
+                }
+            }
+        }
+        float *fast = fast_results ? fast_results + i * d : NULL;
+        int64_t r = kk >= 0
+            ? read_ranked(s, c, Q + i * d, NULL, 0.0, kk, fast_only, results + i * d, fast,
+                          rows + i * k, sims + i * k, weights + i * k, iterations + i,
+                          converged + i)
+            : hm_read(s, c, Q + i * d, NULL, 0.0, fast_only, results + i * d, fast,
+                      rows + i * k, sims + i * k, weights + i * k, iterations + i,
+                      converged + i);
+        if (r < 0) rc = r;
+    }
+    for (int64_t i = 0; pq && i < nq; i++) { free(pq[i].groups); free(pq[i].cand); }
+    free(pq); free(qhat); free(gs); free(order); free(count); free(by_group);
+    return (int)rc;
+}
+
 HM_CLONES
 int64_t hm_attention(const hm_state *s, const hm_config *c, const float *q, double scale,
                      float *result, int64_t *rows, double *sims, double *weights) {
     int64_t d = s->dim;
     int64_t kmax = c->k < s->size ? c->k : s->size;
     act_scratch a;
-    double *buf = (double *)malloc((size_t)(2 * d + kmax) * sizeof(double));
+    double *buf = (double *)malloc((size_t)(3 * d + kmax) * sizeof(double));
     if (!act_alloc(&a, s->size, kmax, d) || !buf) { act_free(&a); free(buf); return HM_ERR_NOMEM; }
-    double *q64 = buf, *acc = buf + d, *logits = acc + d;
+    double *q64 = buf, *acc = buf + d, *row = acc + d, *logits = row + d;
     int64_t kk = activate(s, c, q, NULL, 0.0, rows, sims, &a);
     act_free(&a);
     if (kk >= 0) {
         for (int64_t i = 0; i < d; i++) q64[i] = (double)q[i];
         for (int64_t j = 0; j < kk; j++) {
             double n = s->weights[rows[j]];
-            logits[j] = scale * (ddot(s->counters + rows[j] * d, q64, d) / n) + log(n);
+            logits[j] = scale * (ddot(counter_row(s, rows[j], row), q64, d) / n) + log(n);
         }
         softmax_d(logits, kk, 1.0, weights);
         memset(acc, 0, (size_t)d * sizeof(double));
         for (int64_t j = 0; j < kk; j++) {
-            const double *cj = s->counters + rows[j] * d;
+            const double *cj = counter_row(s, rows[j], row);
             double f = weights[j] / s->weights[rows[j]];
             for (int64_t i = 0; i < d; i++) acc[i] += f * cj[i];
         }

@@ -39,7 +39,7 @@ typedef struct {
     int64_t *ids;       /* [capacity] */
     float *addresses;   /* [capacity * dim] unit (or zero) rows */
     void *addresses16;  /* [capacity * dim] IEEE half copy for compact activation, or NULL */
-    double *counters;   /* [capacity * dim] */
+    double *counters;   /* [capacity * dim], or NULL: not held (implied counters, below) */
     double *weights;    /* [capacity] */
     double eta;
     int64_t writes;
@@ -67,6 +67,11 @@ typedef struct {
      * value (a plain memory's fast read at full activation reads out its
      * weight-1 locations as norm * address instead of the float64 counters). */
     double *norms;
+    /* counters NULL: the rows whose counters are not implied, ascending, and
+     * their counters [exceptions capacity * dim] (see hm_inputs_check). */
+    int64_t n_exceptions;
+    int64_t *exception_rows;
+    double *exception_counters;
 } hm_state;
 
 typedef struct {
@@ -113,8 +118,26 @@ void hm_scan(const hm_state *s, const hm_config *c, const float *X, int64_t nq, 
 
 /* Refresh the half copy of every address row (after a restore). */
 void hm_sync_compact(hm_state *s);
-/* Recompute norms[0 .. size) from the counters (after a restore); no-op when NULL. */
+/* Recompute norms[0 .. size) from the counters (after a restore); no-op when
+ * norms or counters are NULL. */
 void hm_sync_norms(hm_state *s);
+
+/* Implied counters (plain memories; hopmem_kernel.c, "implied counters"): a
+ * row of weight 1 whose counters c equal float(a_i * norm) widened, for its
+ * address a and norm |c| (within the read-out-by-norm range), needs no
+ * counters held. A state may leave counters NULL (then it needs norms): the
+ * rows whose counters are not so are its exceptions. Writes to such a state
+ * need inputs within the range and room for their exceptions
+ * (hm_inputs_check); merges and competitive writes need counters held. */
+/* The exceptions the rows of X would make, or -2 when one needs counters held. */
+int64_t hm_inputs_check(const float *X, int64_t m, int64_t dim);
+/* The same for the rows of a state that holds its counters (and syncs its norms). */
+int64_t hm_rows_check(const hm_state *s);
+/* Stop holding the counters (counters NULL): the exceptions (room for
+ * hm_rows_check's count) take the rows that need theirs. */
+void hm_release_counters(hm_state *s);
+/* out [(to - from) * dim]: the counters of rows from .. to, held or not. */
+void hm_counter_rows(const hm_state *s, int64_t from, int64_t to, double *out);
 
 /* out[i] = x[i] as an IEEE half (round to nearest, ties to even) for i < n.
  * Returns 0, writing nothing, when this build has no half type. */
@@ -179,6 +202,16 @@ int hm_read_full(const hm_state *s, const hm_config *c, const float *Q, int64_t 
  * iterations [nq]: steps taken. Returns 0 or HM_ERR_NOMEM. */
 int hm_hopfield(const float *X, int64_t n, int64_t dim, const float *Q, int64_t nq,
                 double beta, int64_t steps, double epsilon, float *out, int32_t *iterations);
+
+/* nq reads of an approximate memory (probe < groups; ranked, not streamed),
+ * the queries grouped by the groups they probe: each group's rows are
+ * scored for all its queries while in cache. Outputs as nq hm_read calls
+ * (rows, sims, weights [nq * min(k, size)], results and fast_results (or
+ * NULL) [nq * dim]), bit-equal to them. Returns 1 when done, 0 when these
+ * reads are not approximate (nothing written: use hm_read), or HM_ERR_NOMEM. */
+int hm_read_probed(const hm_state *s, const hm_config *c, const float *Q, int64_t nq,
+                   int fast_only, float *results, float *fast_results, int64_t *rows,
+                   double *sims, double *weights, int32_t *iterations, int8_t *converged);
 
 /* For tests: 1 makes streamed reads take their portable code everywhere. */
 void hm_stream_force_portable(int on);

@@ -206,6 +206,26 @@ def test_batched_reads_equal_single_reads():
     assert scored[3].result.tobytes() == batch[3].tobytes()
 
 
+@given(plan())
+def test_batched_reads_grouped_by_probe_are_single_reads_bit_for_bit(p):
+    # A batch visits each probed group once for all the queries that probe it
+    # (hm_read_probed); each query's activation and read are its single read's.
+    X, Q, k, probe = p
+    Q = np.concatenate([Q, np.zeros((1, Q.shape[1]), np.float32)])  # a zero query reads alone
+    _, mem = pair(X, k, probe)
+    for strategy in ("fast", "iterative"):
+        batch = mem.read(Q, strategy)
+        traces = mem.analyze(Q, strategy)
+        for i, q in enumerate(Q):
+            one = mem.analyze(q, strategy)
+            assert batch[i].tobytes() == one.result.tobytes()
+            np.testing.assert_array_equal(traces[i].activated, one.activated)
+            assert traces[i].similarities.tobytes() == one.similarities.tobytes()
+            assert traces[i].weights.tobytes() == one.weights.tobytes()
+            assert traces[i].result.tobytes() == one.result.tobytes()
+            assert (traces[i].first_contact, traces[i].fidelity) == (one.first_contact, one.fidelity)
+
+
 def test_compaction_keeps_the_index_consistent():
     rng = np.random.default_rng(6)
     X = clustered(rng, 1300, 16, 10, 0.05)
@@ -219,6 +239,44 @@ def test_compaction_keeps_the_index_consistent():
         assert set(t.activated.tolist()) <= ids and len(set(t.activated.tolist())) == 6
     again = Memory.from_config(mem.config, mem.snapshot())
     assert again.read(X[:30]).tobytes() == mem.read(X[:30]).tobytes()
+
+
+@pytest.mark.parametrize("unit", [True, False])
+def test_a_plain_write_that_fails_midway_leaves_the_memory_as_it_was(monkeypatch, unit):
+    # A plain write only appends rows, so it is undone by cutting them off
+    # (State.rewind) instead of restoring a snapshot of every row.
+    from hopmem._state import State
+    rng = np.random.default_rng(8)
+    X = clustered(rng, 9000, 16, 12, 0.3)
+    if unit:
+        X /= np.linalg.norm(X, axis=1, keepdims=True)
+    mem = Memory(16, mode="plain", k=5, activation="approximate", probe=2, tau_merge=1.0)
+    mem.write(X[:600])
+    mem.write(np.float32(1e-25) * X[600:601])  # counters held (outside the read-out range)
+    mem.compress()  # a no-op that lets them go again
+    before, reads = mem.snapshot(), mem.read(X[:20])
+    held = mem._state.held_counters is None
+    calls = []
+    real = State.reserve
+
+    def fail_second(self, extra):
+        calls.append(extra)
+        if len(calls) == 2:
+            raise MemoryError("injected")
+        real(self, extra)
+
+    monkeypatch.setattr(State, "reserve", fail_second)
+    with pytest.raises(MemoryError, match="injected"):
+        mem.write(X[601:])  # three chunks: the second fails
+    monkeypatch.setattr(State, "reserve", real)
+    assert len(mem) == 601 and mem.snapshot() == before
+    assert (mem._state.held_counters is None) == held
+    assert mem.read(X[:20]).tobytes() == reads.tobytes()
+    fresh = Memory.from_config(mem.config, before)
+    mem.write(X[601:])
+    fresh.write(X[601:])
+    assert mem.snapshot() == fresh.snapshot()
+    assert mem.read(X[:20]).tobytes() == fresh.read(X[:20]).tobytes()
 
 
 def test_probe_must_be_a_positive_integer():

@@ -692,3 +692,80 @@ def test_posting_lists_are_numpys_unique(pairs, strided):
         np.testing.assert_array_equal(np.frombuffer(blob, "<i8"), want)
     with pytest.raises(ValueError, match="one array per vector"):
         _kernel.posting_lists(touched, created + [np.zeros(1, np.int64)])
+
+
+# -- implied counters: a plain memory that holds none reads as one that does -------------
+
+@st.composite
+def plain_inputs(draw):
+    """Batches of unit (float32-normalised), raw and scaled inputs, some zero or repeated."""
+    dim = draw(st.sampled_from([1, 5, 16, 33]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
+    batches = []
+    for _ in range(draw(st.integers(1, 4))):
+        X = rng.standard_normal((draw(st.integers(1, 40)), dim)).astype(np.float32)
+        kind = draw(st.sampled_from(["unit", "unit", "mixed", "raw", "scaled", "tiny"]))
+        if kind in ("unit", "mixed"):
+            X /= np.linalg.norm(X, axis=1, keepdims=True)
+        if kind == "mixed":  # one row whose counters are not implied: an exception
+            X[0] *= np.float32(3.0)
+        elif kind == "scaled":
+            X *= np.float32(draw(st.sampled_from([1e-3, 3.0, 1e6])))
+        elif kind == "tiny":
+            X[0] = 0.0
+            X *= np.float32(1e-25)
+        batches.append((kind, X))
+    Q = rng.standard_normal((6, dim)).astype(np.float32)
+    return batches, Q, draw(st.integers(1, 50)), draw(st.booleans())
+
+
+@given(plain_inputs())
+@settings(max_examples=60, deadline=None)
+def test_implied_counters_give_the_held_counters_bits(p):
+    batches, Q, k, compress = p
+    dim = Q.shape[1]
+    lean = Memory(dim, mode="plain", k=k, beta=8.0)
+    held = Memory(dim, mode="plain", k=k, beta=8.0)
+    held._state.hold_counters()
+    held._state.implied = False  # keeps them held whatever is written
+    oracle = Memory(dim, mode="plain", k=k, beta=8.0, backend="reference")
+    for _, X in batches:
+        for mem in (lean, held, oracle):
+            mem.write(X)
+    if all(kind == "unit" for kind, _ in batches):  # float32-normalised inputs: nothing held
+        assert lean._state.held_counters is None
+    if any(kind == "tiny" for kind, _ in batches):  # outside the read-out range: held
+        assert lean._state.held_counters is not None
+    if compress:
+        for mem in (lean, held, oracle):
+            mem.compress(max_locations=max(1, len(mem) // 2))
+    assert lean.snapshot() == held.snapshot()
+    assert_same_state(lean, oracle)
+    np.testing.assert_array_equal(lean.counters, held.counters)
+    np.testing.assert_array_equal(lean.patterns, held.patterns)
+    for strategy in ("fast", "iterative"):
+        np.testing.assert_array_equal(lean.read(Q, strategy), held.read(Q, strategy))
+        np.testing.assert_array_equal(lean.read(Q[0], strategy), held.read(Q[0], strategy))
+        for a, b in zip(lean.analyze(Q, strategy), held.analyze(Q, strategy), strict=True):
+            assert a.first_contact == b.first_contact and a.fidelity == b.fidelity
+    np.testing.assert_array_equal(lean.attention(Q[0], 2.0).result,
+                                  held.attention(Q[0], 2.0).result)
+    again = Memory.from_config(lean.config, lean.snapshot())
+    assert again.snapshot() == lean.snapshot()  # held or not after a restore: the same bits
+    np.testing.assert_array_equal(again.read(Q, "fast"), held.read(Q, "fast"))
+
+
+def test_rows_whose_counters_are_not_implied_keep_theirs():
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((64, 24)).astype(np.float32)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    X[[5, 40]] *= np.float32(3.0)  # two rows of 64 whose counters are not their address's
+    mem = Memory(24, mode="plain", k=4)
+    mem.write(X)
+    state = mem._state
+    assert state.held_counters is None
+    assert state.exception_rows[: state.n_exceptions].tolist() == [5, 40]
+    np.testing.assert_array_equal(mem.counters, X.astype(np.float64))
+    raw = Memory(24, mode="plain", k=4)
+    raw.write(rng.standard_normal((64, 24)).astype(np.float32))  # mostly exceptions: held
+    assert raw._state.held_counters is not None

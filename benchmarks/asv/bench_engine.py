@@ -200,11 +200,12 @@ class Rewinder:
         ids = {int(i) for t in result.touched for i in t}
         rows = np.array(sorted(self.row_of[i] for i in ids if i in self.row_of), dtype=np.int64)
         state.addresses[rows] = snap.addresses[rows]
-        state.counters[rows] = snap.counters[rows]
+        if state.held_counters is not None:  # else implied by the addresses (hopmem._state)
+            state.held_counters[rows] = snap.counters[rows]
         state.weights[rows] = snap.weights[rows]
         if state.addresses16 is not None:
             state.addresses16[rows] = snap.addresses[rows].astype(np.float16)
-        for array in (state.ids, state.addresses, state.counters, state.weights,
+        for array in (state.ids, state.addresses, state.held_counters, state.weights,
                       state.addresses16):
             if array is not None:
                 array[n:state.size] = 0
