@@ -43,7 +43,8 @@ import numpy as np
 from hopmem import Memory, set_threads
 from hopmem.resolution import VectorIndex
 
-from .experiments import _common as C
+from .report import machine, markdown_table, write_csv
+from .vectors import perturb, random_patterns, unit_rows
 
 TOP_N = 10
 DIM = 384
@@ -58,9 +59,9 @@ def make_documents(n: int, d: int, rng: np.random.Generator, clusters: int = 100
     cos ~0.55 with each other. Draw documents and queries in one call (then
     split) so that they share the centres.
     """
-    centres = C.random_patterns(clusters, d, rng)
+    centres = random_patterns(clusters, d, rng)
     labels = rng.integers(0, clusters, n)
-    return C.unit_rows(centres[labels] + rng.standard_normal((n, d)).astype(np.float32) * (0.9 / math.sqrt(d)))
+    return unit_rows(centres[labels] + rng.standard_normal((n, d)).astype(np.float32) * (0.9 / math.sqrt(d)))
 
 
 def exact_top(M: np.ndarray, Q: np.ndarray, n: int) -> np.ndarray:
@@ -285,7 +286,7 @@ def hopfield_benchmark(n_patterns: int, n_queries: int, d: int = DIM, beta: floa
     X = make_documents(n_patterns, d, rng)
     mem = Memory(d, mode="plain", k=n_patterns, beta=beta, seed=seed)
     mem.write(X)
-    Q = C.perturb(X[rng.choice(n_patterns, n_queries)], math.radians(40.0), rng)
+    Q = perturb(X[rng.choice(n_patterns, n_queries)], math.radians(40.0), rng)
     X64 = X.astype(np.float64)
     pairs: list[tuple[str, str, Callable[[np.ndarray], np.ndarray]]] = [
         ("fast", "hopmem", lambda q: mem.read(q, "fast")),
@@ -322,22 +323,22 @@ def report(search_rows, ratio_rows, hopfield_rows, command: str, elapsed: float)
     lines = [
         "# hopmem against peer libraries", "",
         f"Command: `{command}`  ",
-        f"Machine: {C.machine()}  ",
+        f"Machine: {machine()}  ",
         f"Run time: {elapsed:.0f} s. Every library pinned to one thread for the queries (the "
         "hnswlib graph is built with all cores); contenders interleaved query by query. "
         "Documents: unit rows around N/20 random centres (cos ~0.55 within a cluster); queries "
         "drawn from the same clusters.", "",
         f"## Exact top-{TOP_N} search, d = {DIM}, unit-normalised float32 documents", "",
-        C.markdown_table([{**r, "exact": "yes" if r["exact"] else "no (approximate)"} for r in search_rows],
+        markdown_table([{**r, "exact": "yes" if r["exact"] else "no (approximate)"} for r in search_rows],
                          ["n_docs", "contender", "exact", "queries", "median_us", "p90_us",
                           "recall_at_10", "build_s"]), "",
         "## Ratios (median latencies)", "",
-        C.markdown_table(ratio_rows, ["n_docs", "ratio", "value", "target", "met"]), "",
+        markdown_table(ratio_rows, ["n_docs", "ratio", "value", "target", "met"]), "",
         "## Plain-mode read vs the textbook modern Hopfield update (NumPy)", "",
         "hopmem `Memory(mode=\"plain\", k=N)` (every pattern activated: exactly the textbook "
         "update) against `X.T @ softmax(beta * X @ xi)`, normalised, in NumPy float32; the "
         "difference is measured against the same update in float64.", "",
-        C.markdown_table(hopfield_rows, ["n_patterns", "beta", "strategy", "queries",
+        markdown_table(hopfield_rows, ["n_patterns", "beta", "strategy", "queries",
                                          "hopmem_median_us", "numpy_median_us", "speedup",
                                          "max_abs_diff_vs_float64_textbook"]), "",
     ]
@@ -371,7 +372,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     text = report(search_rows, ratio_rows, hop_rows, command, time.perf_counter() - start)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
-    C.write_csv(args.out.with_suffix(".csv"), search_rows + ratio_rows + hop_rows)
+    write_csv(args.out.with_suffix(".csv"), search_rows + ratio_rows + hop_rows)
     print(text)
     print(f"wrote {args.out} and {args.out.with_suffix('.csv')}", file=sys.stderr)
 

@@ -1,13 +1,16 @@
-"""The benchmark harness puts a memory back exactly where it was between timed writes."""
+"""The benchmarks' own machinery: the rewinding harness, the tools' smoke runs, the shared data and report helpers."""
 
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
 
 from benchmarks.asv.bench_engine import Rewinder
+from benchmarks.report import markdown_table, write_csv
+from benchmarks.vectors import cosines, perturb, random_patterns
 from conftest import clustered
 from hopmem import Memory
 
@@ -75,3 +78,38 @@ def test_the_ann_benchmark_runs_end_to_end(tmp_path):
     assert ours[0]["recall"] <= ours[1]["recall"] <= ours[2]["recall"]
     assert any(name.startswith("faiss IVF") for name in res["curves"])
     assert (tmp_path / "ann.png").stat().st_size > 0
+
+
+def test_perturb_sets_the_exact_angle(rng):
+    X = random_patterns(50, 32, rng)
+    for deg in (0, 30, 60, 90):
+        Q = perturb(X, math.radians(deg), rng)
+        np.testing.assert_allclose(cosines(Q, X), math.cos(math.radians(deg)), atol=1e-5)
+        np.testing.assert_allclose(np.linalg.norm(Q, axis=1), 1.0, atol=1e-5)
+
+
+def test_csv_and_markdown(tmp_path):
+    path = write_csv(tmp_path / "x.csv", [{"a": 1, "b": 0.5}, {"a": 2, "c": "z"}])
+    assert path.read_text().splitlines()[0] == "a,b,c"
+    assert "| a | b |" in markdown_table([{"a": 1, "b": float("inf")}])
+
+
+def test_peers_exact_contenders_agree_and_plain_read_is_the_textbook_update():
+    from benchmarks import peers
+
+    contenders = [peers.Hopmem(), peers.NumPy()]
+    for module, cls in (("faiss", peers.Faiss), ("apsw", peers.SqliteVec), ("sqlite_vec", None),
+                        ("hnswlib", peers.Hnsw)):
+        try:
+            __import__(module)
+        except ImportError:
+            continue
+        if cls is not None:
+            contenders.append(cls())
+    rows = peers.search_benchmark(500, 20, d=32, contenders=contenders, warmup=1, progress=False)
+    for r in rows:
+        assert r["queries"] == 20 and r["median_us"] > 0
+        if r["exact"]:
+            assert r["recall_at_10"] == 1.0, r["contender"]
+    hop = peers.hopfield_benchmark(200, 5, d=32, beta=10.0, progress=False)
+    assert all(r["max_abs_diff_vs_float64_textbook"] < 1e-5 for r in hop)

@@ -19,21 +19,38 @@ def python_blocks(path: Path) -> list[str]:
     return re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
 
 
-def run_blocks(path: Path) -> None:
-    for block in python_blocks(path):
+def run_blocks(path: Path, blocks: list[str] | None = None) -> None:
+    for block in python_blocks(path) if blocks is None else blocks:
         namespace: dict = {"__name__": "__doc_example__"}
         exec(compile(block, str(path), "exec"), namespace)  # noqa: S102 - our own docs
+
+
+def readme_blocks(*, model: bool) -> list[str]:
+    """The README's quick starts that load the text model (default_encoder), or the others."""
+    return [b for b in python_blocks(ROOT / "README.md") if ("default_encoder()" in b) == model]
 
 
 def test_readme_has_a_quick_start() -> None:
     blocks = python_blocks(ROOT / "README.md")
     assert blocks, "README.md lost its python quick start"
     assert any("hopmem.Memory" in b for b in blocks)
+    # the agent memory beside the engine: remember, recall, and an abstention
+    assert any("AgentMemory" in b and ".remember(" in b and ".recall(" in b and "abstained" in b for b in blocks)
 
 
 def test_readme_python_blocks_run(capsys) -> None:
-    run_blocks(ROOT / "README.md")
+    run_blocks(ROOT / "README.md", readme_blocks(model=False))
     assert "locations" in capsys.readouterr().out
+
+
+@pytest.mark.model  # default_encoder() loads all-MiniLM-L6-v2
+def test_readme_agent_quick_start_runs(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)  # it creates agent.db in the working directory
+    run_blocks(ROOT / "README.md", readme_blocks(model=True))
+    *hits, abstention = capsys.readouterr().out.splitlines()
+    # the one relevant statement, whatever its band; then an unrelated question abstains, saying why
+    assert [line.split(" ", 1)[1] for line in hits] == ["Production deploys require a database snapshot."]
+    assert abstention.startswith("True below the gate:")
 
 
 @pytest.mark.parametrize(("doc", "printed"), [

@@ -47,8 +47,8 @@ import numpy as np  # noqa: E402
 
 from .cache import ENCODERS, default_cache_dir, make_encoder  # noqa: E402
 from .data import Conversation, load_folder  # noqa: E402
+from .project_sets import eval_conversation  # noqa: E402
 from .run import open_memory  # noqa: E402
-from .study_transfer import eval_conversation  # noqa: E402
 
 TARGET = 0.08
 

@@ -22,7 +22,7 @@ why, with the memory's own state:
    location each), and competitive reads sharpen with beta: the table
    gives the fidelity and the input reached for beta 5, 20 and 100.
 
-    python -m benchmarks.experiments.reconstruction [--out DIR]
+    python -m research.experiments.reconstruction [--out DIR]
 """
 
 from __future__ import annotations

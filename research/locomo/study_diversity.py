@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m benchmarks.locomo.study_diversity DATA_DIR [--encoder minilm] [--cache DIR] [--json out.json]
+    python -m research.locomo.study_diversity DATA_DIR [--encoder minilm] [--cache DIR] [--json out.json]
         [--sentences]
 
 Multi-hop questions ("What activities does Melanie partake in?") have 2-4
@@ -56,11 +56,11 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
+from benchmarks.locomo.cache import CachedEncoder, default_cache_dir, make_encoder  # noqa: E402
+from benchmarks.locomo.data import CATEGORIES, Conversation, load_folder  # noqa: E402
+from benchmarks.locomo.metrics import evidence_recall, summary  # noqa: E402
 from hopmem.agent.parts import asks_for_several  # noqa: E402
 
-from .cache import CachedEncoder, default_cache_dir, make_encoder  # noqa: E402
-from .data import CATEGORIES, Conversation, load_folder  # noqa: E402
-from .metrics import evidence_recall, summary  # noqa: E402
 from .signals import content_words  # noqa: E402
 
 K = 5
@@ -221,7 +221,7 @@ def sentence_lists(conv: Conversation, encoder: CachedEncoder, centerer: Any) ->
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from hopmem.agent import AgentMemory
 
-    p = argparse.ArgumentParser(prog="python -m benchmarks.locomo.study_diversity",
+    p = argparse.ArgumentParser(prog="python -m research.locomo.study_diversity",
                                 description=__doc__.split("\n")[0])
     p.add_argument("data", metavar="DATA_DIR")
     p.add_argument("--encoder", choices=("minilm", "hashing"), default="minilm")

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m benchmarks.locomo.study_encoders LOCOMO_DATA_DIR [--cache DIR] [--limit 5]
+    python -m research.locomo.study_encoders LOCOMO_DATA_DIR [--cache DIR] [--limit 5]
         [--runs minilm.jsonl e5.jsonl ...] [--json out.json]
 
 **Dense baseline.** Cosine top-k over each conversation's turns with the raw
@@ -35,10 +35,10 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from .baselines import dense_ranking  # noqa: E402
-from .cache import default_cache_dir, make_encoder  # noqa: E402
-from .data import CATEGORIES, load_folder  # noqa: E402
-from .metrics import bootstrap, evidence_recall, summary  # noqa: E402
+from benchmarks.locomo.baselines import dense_ranking  # noqa: E402
+from benchmarks.locomo.cache import default_cache_dir, make_encoder  # noqa: E402
+from benchmarks.locomo.data import CATEGORIES, load_folder  # noqa: E402
+from benchmarks.locomo.metrics import bootstrap, evidence_recall, summary  # noqa: E402
 
 #: Dense variants: name -> (encoder for the turns, encoder for the questions), as ``make_encoder`` kinds.
 VARIANTS = {
@@ -112,7 +112,7 @@ def _fmt(s: dict[str, Any], signed: bool = False) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.locomo.study_encoders", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m research.locomo.study_encoders", description=__doc__.split("\n")[0])
     p.add_argument("data", metavar="LOCOMO_DATA_DIR")
     p.add_argument("--cache", default=None, help="the embedding cache folder run.py filled")
     p.add_argument("--limit", type=int, default=5)

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m benchmarks.locomo.study_design DATA_DIR [--encoder minilm] [--json out.json]
+    python -m research.locomo.study_design DATA_DIR [--encoder minilm] [--json out.json]
 
 Pipeline, simulated on the cached signals of :mod:`.study_verdict`:
 
@@ -36,9 +36,10 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from .cache import default_cache_dir, make_encoder  # noqa: E402
-from .data import CATEGORIES, load_folder  # noqa: E402
-from .metrics import abstention_scores, cluster_bootstrap, evidence_recall, record_bootstrap, summary  # noqa: E402
+from benchmarks.locomo.cache import default_cache_dir, make_encoder  # noqa: E402
+from benchmarks.locomo.data import CATEGORIES, load_folder  # noqa: E402
+from benchmarks.locomo.metrics import abstention_scores, cluster_bootstrap, evidence_recall, record_bootstrap, summary  # noqa: E402
+
 from .signals import collect  # noqa: E402
 from .study_multihop import fuse  # noqa: E402
 from .study_verdict import SIGNALS, TARGET_FALSE_ABSTENTION  # noqa: E402
@@ -85,7 +86,7 @@ def share_without_names(r: dict, df: dict[str, int], n: int, common: float) -> f
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from hopmem.agent.verdict import fit_model
 
-    p = argparse.ArgumentParser(prog="python -m benchmarks.locomo.study_design", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m research.locomo.study_design", description=__doc__.split("\n")[0])
     p.add_argument("data", metavar="DATA_DIR")
     p.add_argument("--encoder", choices=("minilm", "hashing"), default="minilm")
     p.add_argument("--cache", default=None)

@@ -28,10 +28,11 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from .cache import CachedEncoder
-from .data import Conversation
+from benchmarks.locomo.cache import CachedEncoder
+from benchmarks.locomo.data import Conversation
+from benchmarks.locomo.run import open_memory
+
 from .probes import entry_probes, generic_probes
-from .run import open_memory
 
 __all__ = ["EVERYDAY_ZIPF", "content_words", "collect", "load_signals"]
 

@@ -2,11 +2,11 @@
 
 Each module is runnable on its own::
 
-    python -m benchmarks.experiments.capacity [--quick] [--out DIR]
+    python -m research.experiments.capacity [--quick] [--out DIR]
 
 and writes its numbers as CSV and a PNG plot into ``--out`` (default
 ``results/experiments/``). The measuring functions are importable (the asv
-suite ``benchmarks/bench_quality.py``, the notebook and the tests reuse them);
+suite ``research/asv/bench_quality.py``, the notebook and the tests reuse them);
 importing a module runs nothing.
 """
 

@@ -1,4 +1,4 @@
-"""The quality experiments (benchmarks/experiments): smallest configurations run and make sense.
+"""The quality experiments (research/experiments): smallest configurations run and make sense.
 
 Each test takes a few seconds at most; the numbers checked are the ones the
 theory fixes (a plain memory at high beta and low load recalls exactly what
@@ -9,21 +9,12 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 
-from benchmarks.experiments import _common as C
-from benchmarks.experiments import abstention, basins, capacity, interference, quantization, reconstruction
+from research.experiments import _common as C
+from research.experiments import abstention, basins, capacity, interference, quantization, reconstruction
 
 # -- helpers ----------------------------------------------------------------------------
-
-def test_perturb_sets_the_exact_angle(rng):
-    X = C.random_patterns(50, 32, rng)
-    for deg in (0, 30, 60, 90):
-        Q = C.perturb(X, math.radians(deg), rng)
-        np.testing.assert_allclose(C.cosines(Q, X), math.cos(math.radians(deg)), atol=1e-5)
-        np.testing.assert_allclose(np.linalg.norm(Q, axis=1), 1.0, atol=1e-5)
-
 
 def test_last_above_interpolates_and_flags_the_ends():
     assert C.last_above([0, 10, 20], [1.0, 0.8, 0.4], 0.5) == pytest.approx(17.5)
@@ -31,12 +22,6 @@ def test_last_above_interpolates_and_flags_the_ends():
     assert math.isnan(C.last_above([1, 2, 4], [0.5, 0.95, 0.91], 0.9))
     # log interpolation: halfway in log2 between 8 and 32 is 16
     assert C.last_above([8, 32], [1.0, 0.8], 0.9, log=True) == pytest.approx(16.0)
-
-
-def test_csv_and_markdown(tmp_path):
-    path = C.write_csv(tmp_path / "x.csv", [{"a": 1, "b": 0.5}, {"a": 2, "c": "z"}])
-    assert path.read_text().splitlines()[0] == "a,b,c"
-    assert "| a | b |" in C.markdown_table([{"a": 1, "b": float("inf")}])
 
 
 # -- capacity ---------------------------------------------------------------------------
@@ -203,26 +188,3 @@ def test_abstention_with_the_model():
         pytest.skip(f"model unavailable: {why}")
     rows, _ = abstention.abstention_scores(encoder, **abstention.TINY, progress=False)
     assert all(r["auc_first_contact"] > 0.8 for r in rows if r["negatives"] == "unrelated")
-
-
-# -- peers (tiny) -----------------------------------------------------------------------
-
-def test_peers_exact_contenders_agree_and_plain_read_is_the_textbook_update():
-    from benchmarks import peers
-
-    contenders = [peers.Hopmem(), peers.NumPy()]
-    for module, cls in (("faiss", peers.Faiss), ("apsw", peers.SqliteVec), ("sqlite_vec", None),
-                        ("hnswlib", peers.Hnsw)):
-        try:
-            __import__(module)
-        except ImportError:
-            continue
-        if cls is not None:
-            contenders.append(cls())
-    rows = peers.search_benchmark(500, 20, d=32, contenders=contenders, warmup=1, progress=False)
-    for r in rows:
-        assert r["queries"] == 20 and r["median_us"] > 0
-        if r["exact"]:
-            assert r["recall_at_10"] == 1.0, r["contender"]
-    hop = peers.hopfield_benchmark(200, 5, d=32, beta=10.0, progress=False)
-    assert all(r["max_abs_diff_vs_float64_textbook"] < 1e-5 for r in hop)

@@ -1,6 +1,6 @@
 """asv quality tracks: capacity, basin radius, forgetting half-life, abstention AUC.
 
-Small, fast versions of the experiments in ``benchmarks/experiments`` (same
+Small, fast versions of the experiments in ``research/experiments`` (same
 functions, smaller grids), so that a change in the engine that costs recall
 shows up in ``asv compare`` next to the speed benchmarks. Each returns one
 number with a ``unit``; they are deterministic for a given build (seeded).
@@ -13,7 +13,7 @@ from threadpoolctl import threadpool_limits
 # Kept referenced for the life of the process (as in bench_engine.py): one BLAS thread.
 BLAS_LIMITS = threadpool_limits(limits=1)
 
-from benchmarks.experiments import abstention, basins, capacity, interference  # noqa: E402
+from research.experiments import abstention, basins, capacity, interference  # noqa: E402
 
 
 def track_capacity_90_plain_d64_beta5():

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m benchmarks.locomo.study_transfer LOCOMO_DATA_DIR [--sets test4,test5,...] [--json out.json]
+    python -m research.locomo.study_transfer LOCOMO_DATA_DIR [--sets test4,test5,...] [--json out.json]
 
 The shipped-model candidate of :mod:`.study_design` (fitted on every LoCoMo
 development conversation) is applied, uncalibrated, to the conversations of
@@ -30,38 +30,20 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from .cache import default_cache_dir, make_encoder  # noqa: E402
-from .data import Conversation, Question, Unit, load_folder  # noqa: E402
-from .metrics import abstention_scores, auc, evidence_recall  # noqa: E402
+from benchmarks.locomo.cache import default_cache_dir, make_encoder  # noqa: E402
+from benchmarks.locomo.data import load_folder  # noqa: E402
+from benchmarks.locomo.metrics import abstention_scores, auc, evidence_recall  # noqa: E402
+from benchmarks.locomo.project_sets import eval_conversation  # noqa: E402
+
 from .signals import collect, collect_conversation  # noqa: E402
 from .study_design import FEATURES  # noqa: E402
 from .study_verdict import SIGNALS, TARGET_FALSE_ABSTENTION  # noqa: E402
-
-EVAL = Path(__file__).resolve().parents[1] / "data" / "agent_eval"
-CATEGORY = {"multi-session": 1, "temporal": 2}
-
-
-def eval_conversation(name: str) -> Conversation:
-    data = json.loads((EVAL / f"{name}_conversations.json").read_text(encoding="utf-8"))
-    units = []
-    for n, session in enumerate(data["sessions"], start=1):
-        for i, turn in enumerate(session["turns"]):
-            units.append(Unit(dia_id=turn["id"], speaker="User", text=turn["text"],
-                              created_at=session["day"] * 86400.0 + i, session=n))
-    conv = Conversation(id=name, speakers=("User", "Assistant"), units=units, questions=[])
-    for q in data["questions"]:
-        if q["category"] == "abstention":
-            conv.never.append(Question(conversation=name, text=q["question"], category=0, evidence=()))
-        else:
-            conv.questions.append(Question(conversation=name, text=q["question"],
-                                           category=CATEGORY.get(q["category"], 4), evidence=tuple(q["answers"])))
-    return conv
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from hopmem.agent.verdict import fit_model
 
-    p = argparse.ArgumentParser(prog="python -m benchmarks.locomo.study_transfer", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m research.locomo.study_transfer", description=__doc__.split("\n")[0])
     p.add_argument("data", metavar="LOCOMO_DATA_DIR")
     p.add_argument("--sets", default="test4,test5,test6,test7,test8,test9")
     p.add_argument("--encoder", choices=("minilm", "hashing"), default="minilm")

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m benchmarks.locomo.study_verdict DATA_DIR [--encoder minilm] [--json out.json]
+    python -m research.locomo.study_verdict DATA_DIR [--encoder minilm] [--json out.json]
 
 For every candidate signal (higher = "something relevant is remembered") it
 reports, pooled over the conversations' answerable (negatives of abstention)
@@ -39,9 +39,10 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from .cache import default_cache_dir, make_encoder  # noqa: E402
-from .data import load_folder  # noqa: E402
-from .metrics import abstention_scores, auc, evidence_recall, record_bootstrap  # noqa: E402
+from benchmarks.locomo.cache import default_cache_dir, make_encoder  # noqa: E402
+from benchmarks.locomo.data import load_folder  # noqa: E402
+from benchmarks.locomo.metrics import abstention_scores, auc, evidence_recall, record_bootstrap  # noqa: E402
+
 from .signals import collect  # noqa: E402
 
 TARGET_FALSE_ABSTENTION = 0.10
@@ -276,7 +277,7 @@ def table(results: dict[str, Any]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.locomo.study_verdict", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m research.locomo.study_verdict", description=__doc__.split("\n")[0])
     p.add_argument("data", metavar="DATA_DIR")
     p.add_argument("--encoder", choices=("minilm", "hashing"), default="minilm")
     p.add_argument("--cache", default=None)

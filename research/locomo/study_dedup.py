@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m benchmarks.locomo.study_dedup DATA_DIR [--encoder minilm] [--sample 100]
+    python -m research.locomo.study_dedup DATA_DIR [--encoder minilm] [--sample 100]
         [--labels labels.json] [--show]
 
 Every turn is stored with the library defaults (as :mod:`.run` does). The
@@ -38,8 +38,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from .cache import default_cache_dir, make_encoder  # noqa: E402
-from .data import load_folder  # noqa: E402
+from benchmarks.locomo.cache import default_cache_dir, make_encoder  # noqa: E402
+from benchmarks.locomo.data import load_folder  # noqa: E402
 
 SMALL_TALK = re.compile(
     r"^(hey|hi|hello|thanks|thank you|bye|good ?bye|see you|take care|wow|awesome|great|cool|nice|congrats|"
@@ -124,7 +124,7 @@ def precision(labels: list[bool]) -> dict[str, float]:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.locomo.study_dedup", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m research.locomo.study_dedup", description=__doc__.split("\n")[0])
     p.add_argument("data", metavar="DATA_DIR")
     p.add_argument("--encoder", choices=("minilm", "hashing"), default="minilm")
     p.add_argument("--cache", default=None)

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m benchmarks.locomo.study_aggregation DATA_DIR [--encoder minilm] [--cache DIR] [--json out.json]
+    python -m research.locomo.study_aggregation DATA_DIR [--encoder minilm] [--cache DIR] [--json out.json]
         [--grid]
 
 The evidence of a multi-hop question such as "What books has Melanie read?"
@@ -81,11 +81,11 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
+from benchmarks.locomo.cache import CachedEncoder, default_cache_dir, make_encoder  # noqa: E402
+from benchmarks.locomo.data import CATEGORIES, Conversation, load_folder  # noqa: E402
+from benchmarks.locomo.metrics import evidence_recall, summary  # noqa: E402
 from hopmem.agent.parts import asks_for_several  # noqa: E402
 
-from .cache import CachedEncoder, default_cache_dir, make_encoder  # noqa: E402
-from .data import CATEGORIES, Conversation, load_folder  # noqa: E402
-from .metrics import evidence_recall, summary  # noqa: E402
 from .study_diversity import Units, line, top  # noqa: E402
 
 K = 5
@@ -393,7 +393,7 @@ def fuse_keep(base: list[str], extra: list[str], w: float, keep: int = 2) -> lis
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from hopmem.agent import AgentMemory
 
-    p = argparse.ArgumentParser(prog="python -m benchmarks.locomo.study_aggregation",
+    p = argparse.ArgumentParser(prog="python -m research.locomo.study_aggregation",
                                 description=__doc__.split("\n")[0])
     p.add_argument("data", metavar="DATA_DIR")
     p.add_argument("--encoder", choices=("minilm", "hashing"), default="minilm")

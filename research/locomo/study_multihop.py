@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m benchmarks.locomo.study_multihop DATA_DIR [--encoder minilm] [--json out.json]
+    python -m research.locomo.study_multihop DATA_DIR [--encoder minilm] [--json out.json]
 
 Base: the agent memory's ranking (``rank()``, library defaults; its top 20
 from the signals file of :mod:`.study_verdict`). Each variant builds one more
@@ -47,10 +47,11 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from .baselines import BM25, order  # noqa: E402
-from .cache import default_cache_dir, make_encoder  # noqa: E402
-from .data import CATEGORIES, load_folder  # noqa: E402
-from .metrics import evidence_recall, summary  # noqa: E402
+from benchmarks.locomo.baselines import BM25, order  # noqa: E402
+from benchmarks.locomo.cache import default_cache_dir, make_encoder  # noqa: E402
+from benchmarks.locomo.data import CATEGORIES, load_folder  # noqa: E402
+from benchmarks.locomo.metrics import evidence_recall, summary  # noqa: E402
+
 from .signals import collect, content_words  # noqa: E402
 
 RRF_K = 20.0
@@ -127,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from hopmem.agent import AgentMemory
     from hopmem.agent.keyword import query_terms, stem
 
-    p = argparse.ArgumentParser(prog="python -m benchmarks.locomo.study_multihop", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m research.locomo.study_multihop", description=__doc__.split("\n")[0])
     p.add_argument("data", metavar="DATA_DIR")
     p.add_argument("--encoder", choices=("minilm", "hashing"), default="minilm")
     p.add_argument("--cache", default=None)
