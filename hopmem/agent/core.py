@@ -29,6 +29,7 @@ from ..errors import IncompatibleStore, InvalidInput, NotFound
 from ..gates import Gate
 from . import english
 from . import keyword as kw
+from ._recaller import Recaller, RecallView
 from .config import RECALL_MODES, RecallConfig
 from .encoding import encode_batches, encoder_record, is_encoder, space_centerer
 from .events import EventBus, MemoryEvent
@@ -116,9 +117,20 @@ class MemoryCore:
             self._check_contract(centerer, now)
             self._reranker = self._resolve_reranker()
             self._load()
+            self._recaller = Recaller(self._recall_view())
         except BaseException:
             self._store.close()
             raise
+
+    def _recall_view(self) -> RecallView:
+        """What recall reads of this memory (:class:`~hopmem.agent._recaller.RecallView`)."""
+        return RecallView(
+            namespace=self.namespace, config=lambda: self.config, rows=lambda: self._rows,
+            by_time=lambda: self._by_time, partitions=lambda: self._parts, fts=lambda: self._fts,
+            store=lambda: self._store, reranker=lambda: self._reranker,
+            gates=lambda: (self._gates, self._band_gates, self._models), expired=self._expired,
+            suppressed=self._suppressed, utility=lambda: self._utility if self.reinforcement else None,
+            retention=lambda: self._retention if self.forgetting is not None else None)
 
     def _now(self) -> float:
         return now_checked(self._clock)

@@ -131,10 +131,11 @@ def content_share(words: Sequence[str], found: Iterable[Row], parts: Sequence[Pa
 class Evidence:
     """The evidence of every candidate of one query, in the given mode.
 
-    ``semantic`` and ``associative`` are the engine's scores (shared with the
+    ``semantic`` and ``associative`` are the engine's scores (copied from the
     candidate lists and completed here for candidates only the keyword, exact
     or time lists found); ``keyword`` holds the normalised BM25 evidence and
-    ``value`` the candidate's evidence.
+    ``value`` the candidate's evidence. Built once per recall
+    (:meth:`score_all`); later stages extend a copy (:meth:`extended`).
     """
 
     def __init__(self, mode: str, config: RecallConfig, rows: Mapping[int, Row], qvec: np.ndarray,
@@ -145,7 +146,7 @@ class Evidence:
         self.config = config
         self.rows = rows
         self.qvec = qvec
-        self.semantic = semantic
+        self.semantic = dict(semantic)
         self.associative = associative
         self.lexical = lexical
         self.keyword: dict[int, float] = {}
@@ -161,11 +162,17 @@ class Evidence:
         for i in ids:
             self.score(i)
 
-    def add(self, i: int) -> None:
-        """Score one more entry (a version pulled in after the candidate lists)."""
-        if self.use_vectors:
-            self.semantic[i] = float(self.rows[i].vector @ self.qvec)
-        self.score(i)
+    def extended(self, ids: Iterable[int]) -> Evidence:
+        """A copy that also scores ``ids`` (entries brought in after the candidate lists: a version, a
+        turn of context); ``self`` is left as it is."""
+        out = Evidence(self.mode, self.config, self.rows, self.qvec, self.semantic, self.associative, self.lexical)
+        out.keyword = dict(self.keyword)
+        out.value = dict(self.value)
+        for i in ids:
+            if self.use_vectors:
+                out.semantic[i] = float(self.rows[i].vector @ self.qvec)
+            out.score(i)
+        return out
 
     def score(self, i: int) -> None:
         cfg = self.config

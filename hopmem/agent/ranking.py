@@ -29,7 +29,7 @@ from .labels import labels_overlap, merge_labels
 from .results import Explanation, MemoryHit
 from .temporal import resolve_dates
 
-__all__ = ["ranked_lists", "fuse", "head", "pull_versions", "apply_boosts", "order_versions", "build_hits",
+__all__ = ["ranked_lists", "fuse", "head", "apply_boosts", "order_versions", "build_hits",
            "chain_end", "version_groups", "named_source", "named_among", "source_key", "prefer_subject",
            "context_neighbours",
            "fuse_context", "CONTEXT_GAP", "CONTEXT_SEEDS",
@@ -63,7 +63,7 @@ def ranked_lists(found: Candidates, evidence: Evidence, in_window: Collection[in
     return lists
 
 
-def fuse(lists: Mapping[str, list[int]], ids: Sequence[int],
+def fuse(lists: Mapping[str, Sequence[int]], ids: Sequence[int],
          config: RecallConfig) -> tuple[dict[int, dict[str, int]], dict[int, float]]:
     """Reciprocal rank fusion over the lists: each candidate's rank per list, and its fused score.
 
@@ -99,28 +99,6 @@ def head(admitted: dict[int, str], fused: Mapping[int, float], ev: Mapping[int, 
         return admitted
     keep = set(sorted(admitted, key=lambda i: (-fused[i], -ev[i], i))[:pool_size]) | set(exact)
     return {i: why for i, why in admitted.items() if i in keep}
-
-
-def pull_versions(rows: Mapping[int, Row], admitted: dict[int, str], order: str, visible: Callable[[int], bool],
-                  evidence: Evidence, ranks: dict[int, dict[str, int]], fused: dict[int, float],
-                  floor: float) -> dict[int, int]:
-    """Admit the other end of each admitted entry's supersession chain on its own evidence.
-
-    Returns, for each entry pulled in, the admitted entry it is a version of.
-    """
-    via: dict[int, int] = {}
-    for i in list(admitted):
-        relative = chain_end(rows, i, order, visible)
-        if relative is None or relative == i or relative in admitted:
-            continue
-        if relative not in evidence.value:
-            evidence.add(relative)
-            ranks[relative] = {}
-        if evidence.value[relative] >= floor:
-            admitted[relative] = ("newer" if order == "recent" else "older") + " version of an admitted hit"
-            via[relative] = i
-            fused[relative] = max(fused.get(relative, 0.0), fused[i] * 0.999)
-    return via
 
 
 def apply_boosts(rows: Mapping[int, Row], admitted: Collection[int], fused: Mapping[int, float], *,
@@ -219,8 +197,8 @@ def order_versions(rows: Mapping[int, Row], ids: Sequence[int], order: str, fina
 
 
 def build_hits(rows: Mapping[int, Row], ordered_ids: Sequence[int], *, found: Candidates, evidence: Evidence,
-               admitted: Mapping[int, str], ranks: Mapping[int, dict[str, int]], fused: Mapping[int, float],
-               final: Mapping[int, float], boosts: Mapping[int, dict[str, float]], via: Mapping[int, int],
+               admitted: Mapping[int, str], ranks: Mapping[int, Mapping[str, int]], fused: Mapping[int, float],
+               final: Mapping[int, float], boosts: Mapping[int, Mapping[str, float]], via: Mapping[int, int],
                in_window: Collection[int], band_gate: Gate, use_keywords: bool) -> list[MemoryHit]:
     """The hits, each with its band and explanation."""
     # matched terms for the explanation, by the light stemmer (FTS5's Porter stemmer decided the ranking)
