@@ -52,7 +52,7 @@ def query(text: str = "where does ana climb", vector: np.ndarray | None = None, 
 
 
 def scope(partitions=(), visible=lambda i: True) -> Scope:
-    return Scope(partitions=tuple(partitions), tables=(), is_visible=visible, newly_expired=[])
+    return Scope(partitions=tuple(partitions), tables=(), visible=visible, newly_expired=[])
 
 
 def evidence(values: dict[int, float], mode: str = "hybrid", semantic: dict[int, float] | None = None,

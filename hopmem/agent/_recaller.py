@@ -143,7 +143,7 @@ class Recaller:
 
         keys: list[str | None] = [None] if query.session_id is None else [None, query.session_id]
         partitions, tables = view.partitions(keys)
-        return Scope(partitions=partitions, tables=tables, is_visible=visible, newly_expired=expired)
+        return Scope(partitions=partitions, tables=tables, visible=visible, newly_expired=expired)
 
     def run(self, query: Query, scope: Scope) -> Selection:
         """Recall: find candidates, score them, fuse, judge, admit, then order the admitted hits."""

@@ -36,7 +36,7 @@ def find(query: Query, scope: Scope, config: RecallConfig, store: Any, rows: Map
     or exact tokens of their own: the whole question has those), for each of its question parts."""
     # a question asking for several things of one kind reads deeper (its instances resemble it less)
     k = config.aggregation_k if asks_for_several(query.text) else config.assoc_k
-    args = dict(mode=query.mode, limit=query.limit, config=config, parts=scope.partitions, tables=scope.tables,
+    args = dict(mode=query.mode, limit=query.limit, config=config, partitions=scope.partitions, tables=scope.tables,
                 store=store, rows=rows, by_time=by_time, visible=scope.visible)
     found = gather(query.text, query.vector, hints=query.hints, assoc_k=k, **args)
     part_hints = TimeHints(order=None, window=None, cues=query.hints.cues)
@@ -119,7 +119,7 @@ def fuse_question_parts(query: Query, table: CandidateTable, config: RecallConfi
 
 def keep_head(query: Query, table: CandidateTable, depth: int) -> CandidateTable:
     """The admitted hits that can still reach the first ``depth`` (:func:`hopmem.agent.ranking.head`)."""
-    return table.but(admitted=ranking.head(dict(table.admitted), table.fused, table.ev, table.found.exact, depth))
+    return table.but(admitted=ranking.head(table.admitted, table.fused, table.ev, table.found.exact, depth))
 
 
 def pull_versions(query: Query, table: CandidateTable, rows: Mapping[int, Row], scope: Scope) -> CandidateTable:
@@ -127,21 +127,23 @@ def pull_versions(query: Query, table: CandidateTable, rows: Mapping[int, Row], 
     for an earlier state), admitted on its own evidence (at least the verdict's floor) just behind it."""
     assert table.evidence is not None and table.verdict is not None
     order = query.hints.order or "recent"
-    admitted, fused, ranks = dict(table.admitted), dict(table.fused), dict(table.ranks)
-    evidence = table.evidence
+    if not any(rows[i].superseded_by is not None or rows[i].supersedes for i in table.admitted):
+        return table.but(via={})
+    relatives = {i: ranking.chain_end(rows, i, order, scope.visible) for i in table.admitted}
+    # the versions not scored yet get their evidence (no ranks: no list found them)
+    new = [r for r in dict.fromkeys(relatives.values()) if r is not None and r not in table.ev]
+    evidence = table.evidence.extended(new) if new else table.evidence
     via: dict[int, int] = {}
-    for i in list(admitted):
-        relative = ranking.chain_end(rows, i, order, scope.visible)
-        if relative is None or relative == i or relative in admitted:
-            continue
-        if relative not in evidence.value:
-            evidence = evidence.extended([relative])
-            ranks[relative] = {}
-        if evidence.value[relative] >= table.verdict.floor:
-            admitted[relative] = ("newer" if order == "recent" else "older") + " version of an admitted hit"
+    for i, relative in relatives.items():
+        if (relative is not None and relative != i and relative not in table.admitted and relative not in via
+                and evidence.value[relative] >= table.verdict.floor):
             via[relative] = i
-            fused[relative] = max(fused.get(relative, 0.0), fused[i] * 0.999)
-    return table.but(admitted=admitted, fused=fused, ranks=ranks, evidence=evidence, via=via)
+    if not via:
+        return table.but(evidence=evidence, via=via)
+    why = ("newer" if order == "recent" else "older") + " version of an admitted hit"
+    admitted = {**table.admitted, **dict.fromkeys(via, why)}
+    fused = {**table.fused, **{r: max(table.fused.get(r, 0.0), table.fused[i] * 0.999) for r, i in via.items()}}
+    return table.but(admitted=admitted, fused=fused, evidence=evidence, via=via)
 
 
 def boost(query: Query, table: CandidateTable, config: RecallConfig, rows: Mapping[int, Row], utility: Any,
@@ -158,11 +160,14 @@ def order_versions(query: Query, table: CandidateTable, rows: Mapping[int, Row])
     """Versions of one fact trade places (:func:`hopmem.agent.ranking.order_versions`); an entry matched by
     an exact token, or below the verdict's floor, keeps its place."""
     assert table.verdict is not None
-    final = dict(table.final)
-    boosts = {i: dict(b) for i, b in table.boosts.items()}
     ev, exact, floor = table.ev, table.found.exact, table.verdict.floor
-    ranking.order_versions(rows, [i for i in table.admitted if i not in exact and ev[i] >= floor],
-                           query.hints.order or "recent", final, boosts)
+    ids = [i for i in table.admitted if i not in exact and ev[i] >= floor]
+    groups = ranking.version_groups(rows, ids)
+    if not groups:
+        return table
+    final = dict(table.final)
+    boosts = {**table.boosts, **{i: dict(table.boosts[i]) for group in groups for i in group}}
+    ranking.order_groups(rows, groups, query.hints.order or "recent", final, boosts)
     return table.but(final=final, boosts=boosts)
 
 
@@ -214,13 +219,10 @@ def settle(query: Query, table: CandidateTable, sorted_order: tuple[int, ...], d
     added = [i for i in order if i not in table.admitted and i not in evidence.value]
     if added:
         evidence = evidence.extended(added)
-    admitted, final, ranks, fused = dict(table.admitted), dict(table.final), dict(table.ranks), dict(table.fused)
-    boosts = dict(table.boosts)
+    admitted, final, boosts = dict(table.admitted), dict(table.final), dict(table.boosts)
     previous = float("inf")
     for i in order:
-        if i not in admitted:
-            ranks.setdefault(i, {})
-            fused.setdefault(i, 0.0)
+        if i not in admitted:  # its ranks and fused score stay as they were (none, 0, if it was no candidate)
             admitted[i] = f"stored next to hit {table.context_of[i]}"
             boosts[i] = {}
             final[i] = previous * (1.0 - 1e-3)
@@ -230,5 +232,4 @@ def settle(query: Query, table: CandidateTable, sorted_order: tuple[int, ...], d
                 boosts[i] = {**boosts[i], table.moved_by: lowered / final[i]}
             final[i] = lowered
         previous = final[i]
-    return table.but(order=order, evidence=evidence, admitted=admitted, final=final, ranks=ranks, fused=fused,
-                     boosts=boosts)
+    return table.but(order=order, evidence=evidence, admitted=admitted, final=final, boosts=boosts)

@@ -9,7 +9,7 @@ Columns are keyed by entry id; :meth:`CandidateTable.record` reads one candidate
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -51,11 +51,8 @@ class Scope:
 
     partitions: tuple[Partition, ...]
     tables: tuple[str, ...]
-    is_visible: Callable[[int], bool]
+    visible: Callable[[int], bool]
     newly_expired: list[Row]
-
-    def visible(self, entry_id: int) -> bool:
-        return self.is_visible(entry_id)
 
 
 @dataclass(frozen=True)
@@ -107,8 +104,12 @@ class CandidateTable:
     moved_by: str = "context"
 
     def but(self, **columns: Any) -> CandidateTable:
-        """This table with ``columns`` replaced."""
-        return replace(self, **columns)
+        """This table with ``columns`` replaced (a shallow copy: the columns it keeps are shared, and no stage
+        changes a column it was given)."""
+        out = object.__new__(CandidateTable)
+        out.__dict__.update(self.__dict__)
+        out.__dict__.update(columns)
+        return out
 
     @property
     def ev(self) -> Mapping[int, float]:

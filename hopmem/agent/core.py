@@ -126,7 +126,7 @@ class MemoryCore:
         """What recall reads of this memory (:class:`~hopmem.agent._recaller.RecallView`)."""
         return RecallView(
             namespace=self.namespace, config=lambda: self.config, rows=lambda: self._rows,
-            by_time=lambda: self._by_time, partitions=lambda: self._parts, fts=lambda: self._fts,
+            by_time=lambda: self._by_time, partitions=lambda: self._partitions, fts=lambda: self._fts,
             store=lambda: self._store, reranker=lambda: self._reranker,
             gates=lambda: (self._gates, self._band_gates, self._models), expired=self._expired,
             suppressed=self._suppressed, utility=lambda: self._utility if self.reinforcement else None,
@@ -185,7 +185,7 @@ class MemoryCore:
                 "with that encoder")
         self._rows: dict[int, Row] = {}
         self._by_time: list[tuple[float, int]] = []  # (created_at, id), sorted: time windows
-        self._parts: dict[str | None, Partition] = {}
+        self._partitions: dict[str | None, Partition] = {}
         self._fts: dict[str | None, str] = self._store.fts_tables(self.namespace)
         self._ingest(self._store.load_entries(self.namespace))
         self._data_version = self._store.data_version()
@@ -238,19 +238,19 @@ class MemoryCore:
                 self._rows[row.superseded_by].supersedes.append(row.id)
 
     def _add_row(self, row: Row) -> None:
-        row.part = row.session_id if row.durability == "session" else None
+        row.partition = row.session_id if row.durability == "session" else None
         row.value_tokens = value_tokens(row.text)
         row.stems = frozenset(kw.stem(t) for t in kw.query_terms(row.text))
         if row.supersedes is None:
             row.supersedes = []
         self._rows[row.id] = row
         bisect.insort(self._by_time, (row.created_at, row.id))
-        part = self._parts.get(row.part)
-        if part is None:
-            part = self._parts[row.part] = Partition(self.dim)
-        part.append(row.id, row.vector)
-        part.engine_append(row.id)
-        part.count_terms(row.stems, +1)
+        partition = self._partitions.get(row.partition)
+        if partition is None:
+            partition = self._partitions[row.partition] = Partition(self.dim)
+        partition.append(row.id, row.vector)
+        partition.engine_append(row.id)
+        partition.count_terms(row.stems, +1)
 
     def _drop_rows(self, ids: Iterable[int]) -> None:
         for entry_id in ids:
@@ -260,11 +260,11 @@ class MemoryCore:
             at = bisect.bisect_left(self._by_time, (row.created_at, row.id))
             if at < len(self._by_time) and self._by_time[at] == (row.created_at, row.id):
                 del self._by_time[at]
-            part = self._parts.get(row.part)
-            if part is not None:
-                part.kill(entry_id)
-                part.count_terms(row.stems, -1)
-                part.compact_if_needed(self.config.rebuild_dead_fraction)
+            partition = self._partitions.get(row.partition)
+            if partition is not None:
+                partition.kill(entry_id)
+                partition.count_terms(row.stems, -1)
+                partition.compact_if_needed(self.config.rebuild_dead_fraction)
             newer = self._rows.get(row.superseded_by) if row.superseded_by is not None else None
             if newer is not None and entry_id in newer.supersedes:
                 newer.supersedes.remove(entry_id)
@@ -295,7 +295,7 @@ class MemoryCore:
         """Delete rows from the file (inside the caller's transaction), grouped by FTS table."""
         by_fts: dict[str, list[int]] = {}
         for row in rows:
-            by_fts.setdefault(self._fts_for(row.part), []).append(row.id)
+            by_fts.setdefault(self._fts_for(row.partition), []).append(row.id)
         if by_fts:
             self._store.delete_entries(self.namespace, by_fts)
 

@@ -36,7 +36,7 @@ CONTENT_WEIGHT_MIN = 0.5
 _CONTENT_WORD = re.compile(r"[a-z][a-z'-]*[a-z]")
 
 
-def lexical_scorer(terms: Sequence[str], parts: Sequence[Partition]) -> Callable[[Row], float]:
+def lexical_scorer(terms: Sequence[str], partitions: Sequence[Partition]) -> Callable[[Row], float]:
     """BM25 of an entry for the query's words, as keyword *evidence*.
 
     FTS5 ranks the keyword candidates, but its IDF, ``log((N - n + 0.5) /
@@ -46,11 +46,11 @@ def lexical_scorer(terms: Sequence[str], parts: Sequence[Partition]) -> Callable
     frequency and the light stemmer, over the visible partitions;
     k1 = 1.2, b = 0.75.
     """
-    n = sum(p.live for p in parts)
-    avgdl = max(1.0, sum(p.total_terms for p in parts) / max(n, 1))
+    n = sum(p.live for p in partitions)
+    avgdl = max(1.0, sum(p.total_terms for p in partitions) / max(n, 1))
     weights = {}
     for st in dict.fromkeys(kw.stem(t) for t in terms):
-        df = sum(p.df.get(st, 0) for p in parts)
+        df = sum(p.df.get(st, 0) for p in partitions)
         if df:
             weights[st] = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
     k1, b = 1.2, 0.75
@@ -64,7 +64,7 @@ def lexical_scorer(terms: Sequence[str], parts: Sequence[Partition]) -> Callable
     return score
 
 
-def novelty(terms: Sequence[str], parts: Sequence[Partition], ceiling: float) -> float:
+def novelty(terms: Sequence[str], partitions: Sequence[Partition], ceiling: float) -> float:
     """Share of the query's word weight in words no visible entry contains (0 = all known).
 
     A word weighs ``max(0, ceiling - zipf)``, ``zipf`` being its Zipf
@@ -80,7 +80,7 @@ def novelty(terms: Sequence[str], parts: Sequence[Partition], ceiling: float) ->
         return 0.0
     total = unknown = 0.0
     for st, word in words.items():
-        df = sum(p.df.get(st, 0) for p in parts)
+        df = sum(p.df.get(st, 0) for p in partitions)
         weight = max(0.0, ceiling - zipf(word))
         total += weight
         if df == 0:
@@ -101,7 +101,7 @@ def content_words(text: str) -> list[str]:
     return out
 
 
-def content_share(words: Sequence[str], found: Iterable[Row], parts: Sequence[Partition],
+def content_share(words: Sequence[str], found: Iterable[Row], partitions: Sequence[Partition],
                   common_fraction: float) -> float:
     """The weighted share of the question's content ``words`` (:func:`content_words`) that the entries
     ``found`` (the best candidates) contain, matched by the light stemmer; 1 without content words.
@@ -112,11 +112,11 @@ def content_share(words: Sequence[str], found: Iterable[Row], parts: Sequence[Pa
     out (:func:`hopmem.agent.candidates.selective_terms`): in a conversation
     that is a speaker's name, which says nothing about the question's subject.
     """
-    n = sum(p.live for p in parts)
+    n = sum(p.live for p in partitions)
     kept = []
     for w in words:
         st = kw.stem(w)
-        if n >= 200 and sum(p.df.get(st, 0) for p in parts) > common_fraction * n:
+        if n >= 200 and sum(p.df.get(st, 0) for p in partitions) > common_fraction * n:
             continue
         kept.append((st, max(CONTENT_WEIGHT_MIN, CONTENT_WEIGHT_CEILING - zipf(w))))
     if not kept:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 import functools
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any
 
 from ..gates import Gate
 from . import keyword as kw
@@ -29,7 +30,7 @@ from .labels import labels_overlap, merge_labels
 from .results import Explanation, MemoryHit
 from .temporal import resolve_dates
 
-__all__ = ["ranked_lists", "fuse", "head", "apply_boosts", "order_versions", "build_hits",
+__all__ = ["ranked_lists", "fuse", "head", "apply_boosts", "order_versions", "order_groups", "build_hits",
            "chain_end", "version_groups", "named_source", "named_among", "source_key", "prefer_subject",
            "context_neighbours",
            "fuse_context", "CONTEXT_GAP", "CONTEXT_SEEDS",
@@ -87,8 +88,8 @@ def fuse(lists: Mapping[str, Sequence[int]], ids: Sequence[int],
     return ranks, fused
 
 
-def head(admitted: dict[int, str], fused: Mapping[int, float], ev: Mapping[int, float],
-         exact: Collection[int], limit: int) -> dict[int, str]:
+def head(admitted: Mapping[int, str], fused: Mapping[int, float], ev: Mapping[int, float],
+         exact: Collection[int], limit: int) -> Mapping[int, str]:
     """The admitted hits that can still reach the top ``limit``.
 
     Only the head of the fused ranking can get there through bounded boosts
@@ -186,7 +187,13 @@ def order_versions(rows: Mapping[int, Row], ids: Sequence[int], order: str, fina
     """Versions of one fact among ``ids``: the preferred one (newest for ``recent``, else oldest) takes the
     group's best score, the others keep theirs (just below it at most), so the version it displaced stays
     right behind it rather than trading places with it."""
-    for group in version_groups(rows, ids):
+    order_groups(rows, version_groups(rows, ids), order, final, boosts)
+
+
+def order_groups(rows: Mapping[int, Row], groups: Sequence[Sequence[int]], order: str, final: dict[int, float],
+                 boosts: Mapping[int, Any]) -> None:
+    """:func:`order_versions` over groups already found (:func:`version_groups`)."""
+    for group in groups:
         by_time = sorted(group, key=lambda i: (rows[i].created_at, i), reverse=(order == "recent"))
         top = max(final[i] for i in group)
         values = [top] + [min(final[i], top * (1.0 - 1e-3)) for i in by_time[1:]]
@@ -219,7 +226,7 @@ def build_hits(rows: Mapping[int, Row], ordered_ids: Sequence[int], *, found: Ca
             bm25=found.keyword_scores.get(i), evidence=round(evidence.value[i], 4),
             matched_terms=tuple(matched.get(i, [])), exact_tokens=tuple(found.exact.get(i, [])),
             time_match=i in in_window, admitted_by=admitted[i],
-            boosts={k: round(v, 4) for k, v in boosts[i].items()}, fused=round(fused[i], 6),
+            boosts={k: round(v, 4) for k, v in boosts[i].items()}, fused=round(fused.get(i, 0.0), 6),
             superseded_by=row.superseded_by, via=via.get(i))
         hits.append(MemoryHit(entry_id=i, text=row.text, score=round(final[i], 6), band=band, explanation=expl,
                         kind=row.kind, durability=row.durability, session_id=row.session_id,
@@ -312,7 +319,7 @@ def context_neighbours(rows: Mapping[int, Row], by_time: Sequence[tuple[float, i
                 if abs(t - row.created_at) > gap:
                     break
                 other = rows.get(i)
-                if (other is not None and other.part == row.part and source_of(other.metadata) is not None
+                if (other is not None and other.partition == row.partition and source_of(other.metadata) is not None
                         and visible(i)):
                     found.append(i)
                 j += step

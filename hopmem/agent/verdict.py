@@ -287,10 +287,10 @@ def margin(near: Sequence[float]) -> float:
 
 
 def ranking_features(order: Sequence[int], ranks: Mapping[int, Mapping[str, int]], rows: Mapping[int, Row],
-                     words: Sequence[str], parts: Sequence[Partition], common_fraction: float) -> dict[str, float]:
+                     words: Sequence[str], partitions: Sequence[Partition], common_fraction: float) -> dict[str, float]:
     """``content_share`` and ``agreement`` (see the module docstring) of the candidates in fused ``order``
     (best first), with each candidate's rank per list ``ranks`` and the question's content ``words``."""
-    share = content_share(words, (rows[i] for i in order[:SHARE_DEPTH]), parts, common_fraction)
+    share = content_share(words, (rows[i] for i in order[:SHARE_DEPTH]), partitions, common_fraction)
     both = sum(1 for i in order[:AGREEMENT_TOP]
                if ranks.get(i, {}).get("semantic", AGREEMENT_DEPTH + 1) <= AGREEMENT_DEPTH
                and ranks.get(i, {}).get("keyword", AGREEMENT_DEPTH + 1) <= AGREEMENT_DEPTH)
