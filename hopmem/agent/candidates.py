@@ -23,6 +23,7 @@ import numpy as np
 from ..memory import Trace
 from . import keyword as kw
 from .config import RecallConfig
+from .evidence import SELECTIVE_MIN_ENTRIES
 from .evidence import novelty as _novelty
 from .index import Partition, Row
 from .store import AgentStore
@@ -61,7 +62,7 @@ def selective_terms(terms: list[str], partitions: Sequence[Partition], n: int, c
     the partition, which is what costs time on a large memory.
     """
     cut = common_fraction * n
-    if len(terms) < 2 or n < 200:
+    if len(terms) < 2 or n < SELECTIVE_MIN_ENTRIES:
         return terms
     dfs = [(sum(p.df.get(kw.stem(t), 0) for p in partitions), t) for t in terms]
     kept = [t for df, t in dfs if df <= cut]

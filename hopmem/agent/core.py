@@ -18,6 +18,7 @@ import logging
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -39,6 +40,7 @@ from .rerank import Reranker, shipped_reranker
 from .results import Entry
 from .retention import DEFAULT_KINDS, ForgettingPolicy, KindPolicy, retention, utility
 from .store import AgentStore, blob_vector
+from .tuning import UnfittedSettings, unfitted_settings
 from .validation import identity, now_checked, seconds, timestamp
 from .verdict import MODE_FEATURES, VerdictModel
 
@@ -101,6 +103,12 @@ class MemoryCore:
         self.config = config or RecallConfig()
         if not isinstance(self.config, RecallConfig):
             raise InvalidInput(f"config: expected a RecallConfig, got {type(self.config).__name__}")
+        unfitted = unfitted_settings(self.config)
+        if unfitted:
+            named = ", ".join(f"{name} {fitted!r}, given {given!r}" for name, (fitted, given) in unfitted.items())
+            warnings.warn(f"config: the default verdict models were fitted under other settings ({named}): until "
+                          "calibrate() is called, their abstentions are not what docs/tuning.md reports",
+                          UnfittedSettings, stacklevel=3)
         english.preload()  # here, not in the first recall's latency
         self.day_zero = timestamp(day_zero, "day_zero")
         receipt_seconds = seconds(receipt_ttl, "receipt_ttl")

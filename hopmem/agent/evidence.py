@@ -23,16 +23,22 @@ from . import keyword as kw
 from .config import RecallConfig
 from .english import zipf
 from .index import Partition, Row
+from .tuning import constant
 
 __all__ = ["Evidence", "lexical_scorer", "novelty", "content_words", "content_share", "EVERYDAY_ZIPF",
            "CONTENT_WEIGHT_CEILING", "CONTENT_WEIGHT_MIN"]
 
 #: A word at least this frequent in English (Zipf) is everyday vocabulary, not what a question is about.
-EVERYDAY_ZIPF = 6.0
+EVERYDAY_ZIPF: float = constant("EVERYDAY_ZIPF")
 #: A content word weighs ``max(CONTENT_WEIGHT_MIN, CONTENT_WEIGHT_CEILING - zipf)`` in :func:`content_share`:
 #: a rare word the candidates lack says more than a common one.
-CONTENT_WEIGHT_CEILING = 7.0
-CONTENT_WEIGHT_MIN = 0.5
+CONTENT_WEIGHT_CEILING: float = constant("CONTENT_WEIGHT_CEILING")
+CONTENT_WEIGHT_MIN: float = constant("CONTENT_WEIGHT_MIN")
+#: BM25's term-frequency saturation and length normalisation in :func:`lexical_scorer`.
+BM25_K1: float = constant("BM25_K1")
+BM25_B: float = constant("BM25_B")
+#: Below this many visible entries no query word is too common to search (``common_fraction``).
+SELECTIVE_MIN_ENTRIES: int = constant("SELECTIVE_MIN_ENTRIES")
 _CONTENT_WORD = re.compile(r"[a-z][a-z'-]*[a-z]")
 
 
@@ -53,7 +59,7 @@ def lexical_scorer(terms: Sequence[str], partitions: Sequence[Partition]) -> Cal
         df = sum(p.df.get(st, 0) for p in partitions)
         if df:
             weights[st] = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
-    k1, b = 1.2, 0.75
+    k1, b = BM25_K1, BM25_B
 
     def score(row: Row) -> float:
         matched = sum(w for st, w in weights.items() if st in row.stems)
@@ -116,7 +122,7 @@ def content_share(words: Sequence[str], found: Iterable[Row], partitions: Sequen
     kept = []
     for w in words:
         st = kw.stem(w)
-        if n >= 200 and sum(p.df.get(st, 0) for p in partitions) > common_fraction * n:
+        if n >= SELECTIVE_MIN_ENTRIES and sum(p.df.get(st, 0) for p in partitions) > common_fraction * n:
             continue
         kept.append((st, max(CONTENT_WEIGHT_MIN, CONTENT_WEIGHT_CEILING - zipf(w))))
     if not kept:

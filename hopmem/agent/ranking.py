@@ -29,6 +29,7 @@ from .index import Row, source_of
 from .labels import labels_overlap, merge_labels
 from .results import Explanation, MemoryHit
 from .temporal import resolve_dates
+from .tuning import constant
 
 __all__ = ["ranked_lists", "fuse", "head", "apply_boosts", "order_versions", "order_groups", "build_hits",
            "chain_end", "version_groups", "named_source", "named_among", "source_key", "prefer_subject",
@@ -37,13 +38,13 @@ __all__ = ["ranked_lists", "fuse", "head", "apply_boosts", "order_versions", "or
            "CONTEXT_PER_SIDE", "CONTEXT_KEEP"]
 
 #: Entries created at most this many seconds before or after a hit can be its context.
-CONTEXT_GAP = 3600.0
+CONTEXT_GAP: float = constant("CONTEXT_GAP")
 #: How many of the first hits bring their context in.
-CONTEXT_SEEDS = 3
+CONTEXT_SEEDS: int = constant("CONTEXT_SEEDS")
 #: How many entries on each side of a hit are its context.
-CONTEXT_PER_SIDE = 2
+CONTEXT_PER_SIDE: int = constant("CONTEXT_PER_SIDE")
 #: The first hits that keep their places when the context is fused in.
-CONTEXT_KEEP = 2
+CONTEXT_KEEP: int = constant("CONTEXT_KEEP")
 
 
 def ranked_lists(found: Candidates, evidence: Evidence, in_window: Collection[int]) -> dict[str, list[int]]:
