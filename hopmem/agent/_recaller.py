@@ -93,22 +93,28 @@ class RecallView:
     def gates(self, mode: str) -> tuple[Gate, Gate, VerdictModel | None, bool]:
         return select_gates(*self._gates(), mode)
 
-    def visible(self, row: Row, session_id: str | None, now: float, wanted: Mapping[str, Any],
-                kinds: frozenset[str] | None, since: float | None, until: float | None) -> bool | None:
-        """Whether ``row`` is visible to a recall with these filters; None: hidden because it has expired."""
-        if row.durability == "session" and (session_id is None or row.session_id != session_id):
-            return False
-        if self._expired(row, now):
-            return None
-        if kinds is not None and row.kind not in kinds:
-            return False
-        if wanted and not labels_match(row.labels, wanted):
-            return False
-        if since is not None and row.created_at < since:
-            return False
-        if until is not None and row.created_at >= until:
-            return False
-        return not self._suppressed(row, now)
+    def visibility(self, session_id: str | None, now: float, wanted: Mapping[str, Any],
+                   kinds: frozenset[str] | None, since: float | None,
+                   until: float | None) -> Callable[[Row], bool | None]:
+        """Whether a row is visible to a recall with these filters (None: hidden because it has expired)."""
+        expired, suppressed = self._expired, self._suppressed
+
+        def visible(row: Row) -> bool | None:
+            if row.durability == "session" and (session_id is None or row.session_id != session_id):
+                return False
+            if expired(row, now):
+                return None
+            if kinds is not None and row.kind not in kinds:
+                return False
+            if wanted and not labels_match(row.labels, wanted):
+                return False
+            if since is not None and row.created_at < since:
+                return False
+            if until is not None and row.created_at >= until:
+                return False
+            return not suppressed(row, now)
+
+        return visible
 
     def utility(self) -> Callable[[Row], float] | None:
         return self._utility()
@@ -129,14 +135,17 @@ class Recaller:
         """The partitions and entries a recall may see (the shared pool, and the session's own with one)."""
         view, rows, expired = self.view, self.view.rows, []
         seen: dict[int, bool] = {}
+        check = view.visibility(query.session_id, query.now, wanted, kinds, since, until)
 
         def visible(entry_id: int) -> bool:
             hit = seen.get(entry_id)
             if hit is None:
                 row = rows.get(entry_id)
-                state = None if row is None else view.visible(row, query.session_id, query.now, wanted, kinds,
-                                                               since, until)
-                if state is None and row is not None and not row.expired_notified:
+                if row is None:
+                    hit = seen[entry_id] = False
+                    return hit
+                state = check(row)
+                if state is None and not row.expired_notified:
                     expired.append(row)
                 hit = seen[entry_id] = bool(state)
             return hit
