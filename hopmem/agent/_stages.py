@@ -91,7 +91,7 @@ def judge(query: Query, table: CandidateTable, config: RecallConfig, gate: Gate,
         fused_order = sorted(own, key=lambda i: (-fused[i], -ev[i], i))
         ranked = ranking_features(fused_order, ranks, rows, content_words(query.text), scope.partitions,
                                   config.common_fraction)
-    verdict = decide(query.mode, config, gate, model, table.evidence, list(table.own), table.found.novelty, ranked)
+    verdict = decide(query.mode, config, gate, model, table.evidence, table.own, table.found.novelty, ranked)
     return table.but(verdict=verdict)
 
 
@@ -99,10 +99,10 @@ def admit(query: Query, table: CandidateTable, band_gate: Gate, config: RecallCo
     """The admitted candidates and why (:func:`hopmem.agent.verdict.admit`); after a yes verdict each
     question part also admits its own best candidates."""
     assert table.evidence is not None and table.verdict is not None
-    admitted = admit_by_verdict(list(table.ids), table.evidence, table.verdict, band_gate, table.found.exact,
+    admitted = admit_by_verdict(table.ids, table.evidence, table.verdict, band_gate, table.found.exact,
                                 table.in_window, query.admit_all)
     if table.verdict.passes:
-        admit_parts(admitted, list(table.ids), table.part_evidence, config.floor_ratio)
+        admit_parts(admitted, table.ids, table.part_evidence, config.floor_ratio)
     return table.but(admitted=admitted)
 
 

@@ -36,7 +36,7 @@ class Query:
     #: The question parts of a multi-part question, each with its vector (:mod:`hopmem.agent.parts`).
     question_parts: tuple[tuple[str, np.ndarray], ...] = ()
     session_id: str | None = None
-    labels: Mapping[str, Any] = field(default_factory=dict)  # the query's labels (from the labeller): boosts
+    labels: Mapping[str, Any] = field(default_factory=dict)  # the query's labels (from the labeler): boosts
     admit_all: bool = False  # ranking alone (``rank()``): every candidate admitted
 
     @property

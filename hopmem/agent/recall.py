@@ -78,8 +78,8 @@ class RecallMixin(MemoryCore):
         if self.labeler is not None and self.config.label_boost > 0:
             try:
                 query_labels = self.label_policy.normalise(self.labeler(text), strict=False)
-            except Exception as exc:  # noqa: BLE001 - a user's labeller failing costs the labels, not the recall
-                logger.warning("hopmem.agent: labeller failed on a query: %s", exc)
+            except Exception as exc:  # noqa: BLE001 - a user's labeler failing costs the labels, not the recall
+                logger.warning("hopmem.agent: labeler failed on a query: %s", exc)
         with self._lock:
             self._check_open()
             self._sync()

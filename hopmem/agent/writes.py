@@ -2,7 +2,7 @@
 
 A write is one encoder call, a centring, a few cosines against the entry's own
 partition and one SQLite transaction; the entry is committed before
-:meth:`WritesMixin.remember` returns. An optional labeller runs after the
+:meth:`WritesMixin.remember` returns. An optional labeler runs after the
 commit and can only add boost labels.
 """
 
@@ -48,7 +48,7 @@ class WritesMixin(MemoryCore):
     """:meth:`remember` and :meth:`remember_many`, with dedup, supersession and eviction."""
 
     #: While :meth:`remember_many` holds a batch's transaction open: what to run once it commits
-    #: (events and the labeller, which must not see a write that could still be rolled back).
+    #: (events and the labeler, which must not see a write that could still be rolled back).
     _after_commit: list[Callable[[], None]] | None = None
 
     def _when_committed(self, action: Callable[[], None]) -> None:
@@ -311,8 +311,8 @@ class WritesMixin(MemoryCore):
             return
         try:
             inferred = self.label_policy.normalise(self.labeler(text), strict=False)
-        except Exception as exc:  # noqa: BLE001 - a labeller failure leaves a valid, unlabelled entry
-            logger.warning("hopmem.agent: labeller failed on entry %s: %s", entry_id, exc)
+        except Exception as exc:  # noqa: BLE001 - a labeler failure leaves a valid, unlabelled entry
+            logger.warning("hopmem.agent: labeler failed on entry %s: %s", entry_id, exc)
             self._emit("labeling_failed", session_id, self._now(), id=entry_id, error=repr(exc))
             return
         if not inferred:
@@ -358,7 +358,7 @@ class WritesMixin(MemoryCore):
         statements to a transaction; an item that :meth:`remember` would
         refuse raises with the items before it stored (and committed). Every
         returned entry is committed; a crash or a failed write during the
-        call keeps whole batches only, and events and the labeller follow
+        call keeps whole batches only, and events and the labeler follow
         each batch's commit.
         ``progress`` shows a bar while encoding (default: from
         :data:`~hopmem.agent.encoding.PROGRESS_FROM` items on, when stderr is a terminal).
