@@ -75,6 +75,11 @@ class RecallConfig:
     with all-MiniLM-L6-v2 (docs/agent-eval.md). With another encoder, or
     another kind of text, recalibrate (:meth:`AgentMemory.calibrate`) before
     changing any of them, and measure a change on questions of your own.
+    ``beta``, ``rrf_k``, ``bm25_half``, ``novelty_ceiling``, ``rrf_weights``,
+    ``common_fraction``, ``close_margin`` and ``rebuild_dead_fraction`` are
+    the settings the default verdict models were fitted under: their defaults
+    come from the tuning record (:mod:`hopmem.agent.tuning`, docs/tuning.md),
+    and opening a memory with another value warns until it is calibrated.
 
     Attributes
     ----------
