@@ -79,7 +79,7 @@ class RecallConfig:
     ``common_fraction``, ``close_margin`` and ``rebuild_dead_fraction`` are
     the settings the default verdict models were fitted under: their defaults
     come from the tuning record (:mod:`hopmem.agent.tuning`, docs/tuning.md),
-    and opening a memory with another value warns until it is calibrated.
+    and opening a memory with another value warns (calibrate() fits a verdict under it).
 
     Attributes
     ----------
