@@ -15,7 +15,7 @@ ENC = HashingEncoder(384)
 class _Row:
     def __init__(self, created_at: float, part: str | None = None, speaker: str | None = "A") -> None:
         self.created_at = created_at
-        self.part = part
+        self.partition = part
         self.metadata = None if speaker is None else {"speaker": speaker}
 
 

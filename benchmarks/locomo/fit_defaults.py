@@ -4,7 +4,7 @@
 Usage::
 
     python -m benchmarks.locomo.fit_defaults LOCOMO_DATA_DIR [--sets dev,dev2] [--target 0.08] [--json out.json]
-        [--encoder minilm|e5|e5-passage|e5-split|hashing]
+        [--encoder minilm|e5|e5-passage|e5-split|hashing] [--write | --check]
 
 One agent memory per conversation, library defaults, no ``calibrate`` call:
 the LoCoMo development conversations in ``LOCOMO_DATA_DIR`` (answerable
@@ -25,17 +25,25 @@ recalled once (``limit=5``) and its selection's verdict features kept.
   answerable questions. 8% leaves a margin under a 10% false-abstention
   target for conversations that differ from these.
 
-Prints the ``VerdictModel`` and ``_default_gate`` lines to paste, and per pool
-the false abstention and the abstention on unanswerable questions at that
-threshold. The model applies to the features the library computes, so refit
-after changing how any of them is computed.
+Prints the model and threshold, and per pool the false abstention and the
+abstention on unanswerable questions at that threshold. ``--write`` puts them
+(rounded to 3 decimals) into the tuning record
+``hopmem/data/tuning/default.json`` (:mod:`hopmem.agent.tuning`) with their
+provenance: this command, the commit and a SHA-256 of the data fitted on (the
+LoCoMo files and the project's sets). ``--check`` refits and exits 1 unless
+the record it would write equals the shipped file byte for byte (the commit
+recorded is kept: it names where the shipped fit was made). The model applies
+to the features the library computes, so refit after changing how any of them
+is computed.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -51,6 +59,37 @@ from .project_sets import eval_conversation  # noqa: E402
 from .run import open_memory  # noqa: E402
 
 TARGET = 0.08
+#: The command the tuning record names as the hybrid defaults' provenance.
+COMMAND = "python -m benchmarks.locomo.fit_defaults LOCOMO_DATA_DIR --write"
+ENCODER = "all-MiniLM-L6-v2 (sentence-transformers, torch)"
+
+
+def data_hash(locomo_dir: str, sets: Sequence[str]) -> str:
+    """SHA-256 over the LoCoMo files (by name) and the project's sets fitted on."""
+    from benchmarks.agent_eval.run import SETS
+
+    digest = hashlib.sha256()
+    for path in [*sorted(Path(locomo_dir).glob("*.json")), *(SETS[name] for name in sets)]:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return "sha256:" + digest.hexdigest()
+
+
+def tuning_record(result: dict[str, Any], data: str, commit: str) -> str:
+    """The shipped tuning record's text with the hybrid model, threshold and provenance replaced."""
+    from hopmem.agent.tuning import TUNING_FILE
+
+    record = json.loads(TUNING_FILE.read_text(encoding="utf-8"))
+    record["models"]["hybrid"] = {"features": result["features"],
+                                  "weights": [round(w, 3) for w in result["weights"]],
+                                  "intercept": round(result["intercept"], 3)}
+    record["gates"]["hybrid"] = round(result["tau"], 3)
+    record["provenance"]["hybrid"] = {"command": COMMAND, "encoder": ENCODER, "commit": commit, "data": data}
+    return json.dumps(record, indent=1) + "\n"
+
+
+def head_commit() -> str:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          check=True).stdout.strip()
 
 
 def collect(conv: Conversation, encoder: Any, pool: str) -> list[dict[str, Any]]:
@@ -78,7 +117,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument("--target", type=float, default=TARGET,
                    help="the most false abstention any development pool may have (default 0.08)")
     p.add_argument("--json", default=None)
+    action = p.add_mutually_exclusive_group()
+    action.add_argument("--write", action="store_true", help="write the fit into hopmem/data/tuning/default.json")
+    action.add_argument("--check", action="store_true",
+                        help="exit 1 unless the refit equals the shipped tuning record byte for byte")
     args = p.parse_args(argv)
+    if (args.write or args.check) and args.encoder != "minilm":
+        p.error("--write and --check: the shipped defaults are fitted with --encoder minilm")
     cache = Path(args.cache) if args.cache else default_cache_dir()
     encoder = make_encoder(args.encoder, cache)
     rows: list[dict[str, Any]] = []
@@ -114,16 +159,34 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                                  "false_abstention": float(np.mean(ans)),
                                  "abstention_unanswerable": float(np.mean(unans))}
     weights = ", ".join(f"{w:.3f}" for w in model.weights)
-    print(f'    "hybrid": VerdictModel({tuple(features)!r}, ({weights}), {model.intercept:.3f}),')
-    print(f'    "hybrid": _default_gate({tau:.3f}),')
+    print(f"hybrid model: {list(features)} weights ({weights}) intercept {model.intercept:.3f}; tau {tau:.3f}")
     for pool, v in result["pools"].items():
         print(f"  {pool}: {v['answerable']} answerable, {v['unanswerable']} unanswerable; at tau {tau:.3f}: false "
               f"abstention {v['false_abstention']:.3f}, abstention on unanswerable {v['abstention_unanswerable']:.3f} "
               f"(its own {args.target:.0%} threshold {v['tau_at_target']:.3f})")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
+    if args.write or args.check:
+        from hopmem.agent.tuning import TUNING_FILE
+
+        shipped = TUNING_FILE.read_text(encoding="utf-8")
+        commit = json.loads(shipped)["provenance"]["hybrid"]["commit"] if args.check else head_commit()
+        text = tuning_record(result, data_hash(args.data, sets), commit)
+        if args.write:
+            TUNING_FILE.write_text(text, encoding="utf-8")
+            print(f"wrote {TUNING_FILE}")
+        elif text != shipped:
+            import difflib
+
+            sys.stdout.writelines(difflib.unified_diff(shipped.splitlines(True), text.splitlines(True),
+                                                       "shipped", "refit"))
+            print(f"{TUNING_FILE}: the refit differs from the shipped record")
+            result["check"] = False
+        else:
+            print(f"{TUNING_FILE}: the refit equals the shipped record")
+            result["check"] = True
     return result
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(0 if main(sys.argv[1:]).get("check", True) else 1)

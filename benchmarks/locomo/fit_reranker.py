@@ -4,7 +4,7 @@ conversation out.
 Usage::
 
     python -m benchmarks.locomo.fit_reranker LOCOMO_DATA_DIR [--depth 30] [--l2 1.0] [--sets dev,dev2]
-        [--encoder onnx-int8] [--write [--out DIR]] [--json out.json]
+        [--encoder onnx-int8] [--write [--out DIR] | --check] [--json out.json]
 
 Every development memory is opened with library defaults and a *collecting*
 reranker: it keeps, for each answerable question, the first ``--depth`` hits
@@ -30,6 +30,8 @@ features and on the vector blocks; the intercept free) over
   block);
 * with ``--write``, the model fitted on everything is written to
   ``hopmem/data/rerank/<encoder fingerprint>.json``, where the library finds it.
+  With ``--check`` it is fitted (without the leave-one-out measurement) and
+  compared with that shipped file: exit 1 unless they are equal byte for byte.
 """
 
 from __future__ import annotations
@@ -248,8 +250,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                                                         "finds it")
     p.add_argument("--out", default=None, help="the folder --write writes to (default: the library's, "
                                                "hopmem/data/rerank)")
+    p.add_argument("--check", action="store_true", help="refit and exit 1 unless the model equals the shipped "
+                                                        "file byte for byte (no leave-one-out measurement)")
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
+    if args.check and args.write:
+        p.error("--check and --write: one or the other")
     cache = Path(args.cache) if args.cache else default_cache_dir()
     encoder = make_encoder(args.encoder, cache)
     rows: list[dict[str, Any]] = []
@@ -258,8 +264,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     for name in [s.strip() for s in args.sets.split(",") if s.strip()]:
         rows += collect_project(name, encoder, args.depth)
     encoder.save()
-    result: dict[str, Any] = {"depth": args.depth, "l2": args.l2, "loco": loco(rows, l2=args.l2)}
-    if args.write:
+    result: dict[str, Any] = {"depth": args.depth, "l2": args.l2}
+    if not args.check:
+        result["loco"] = loco(rows, l2=args.l2)
+    if args.write or args.check:
         params = fit(rows, l2=args.l2)
         fingerprint = str(encoder.fingerprint)
         if args.encoder == "onnx-int8" and fingerprint != str(default_encoder().fingerprint):
@@ -271,8 +279,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                                intercept=params["intercept"], mean=params["mean"], scale=params["scale"],
                                weights=params["weights"], vector_weights=params["vector_weights"])
         path = (Path(args.out) if args.out else RERANK_DIR) / f"{fingerprint}.json"
+        text = json.dumps(model.to_dict()) + "\n"
+        if args.check:
+            result["check"] = path.is_file() and path.read_text(encoding="utf-8") == text
+            print(f"{path}: the refit {'equals' if result['check'] else 'differs from'} the shipped model")
+            return result
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(model.to_dict()) + "\n", encoding="utf-8")
+        path.write_text(text, encoding="utf-8")
         result["written"] = str(path)
     print(report(result))
     if args.json:
@@ -281,4 +294,4 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(0 if main(sys.argv[1:]).get("check", True) else 1)

@@ -28,6 +28,7 @@ from ..gates import calibrate as calibrate_scores
 from .config import RECALL_MODES
 from .recall import RecallMixin
 from .results import Selection
+from .tuning import constant
 from .verdict import (
     CALIBRATED_FEATURES,
     DEFAULT_MODELS,
@@ -42,7 +43,7 @@ __all__ = ["CalibrationMixin", "DEFAULT_MIN_COVERAGE"]
 
 #: The share of related calibration queries a verdict gate must admit, whatever its error budget (chosen on
 #: the evaluation's conversations: ``docs/agent-eval.md``).
-DEFAULT_MIN_COVERAGE = 0.95
+DEFAULT_MIN_COVERAGE: float = constant("DEFAULT_MIN_COVERAGE")
 #: The statistic given to a query with no candidates at all (below any real one).
 NO_CANDIDATES = {"grounding": -1.0, "model": -1000.0}
 

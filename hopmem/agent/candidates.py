@@ -23,6 +23,7 @@ import numpy as np
 from ..memory import Trace
 from . import keyword as kw
 from .config import RecallConfig
+from .evidence import SELECTIVE_MIN_ENTRIES
 from .evidence import novelty as _novelty
 from .index import Partition, Row
 from .store import AgentStore
@@ -54,34 +55,34 @@ class Candidates:
                 | set(self.window_ids))
 
 
-def selective_terms(terms: list[str], parts: Sequence[Partition], n: int, common_fraction: float) -> list[str]:
+def selective_terms(terms: list[str], partitions: Sequence[Partition], n: int, common_fraction: float) -> list[str]:
     """Drop terms in more than ``common_fraction`` of the visible entries (keeping the rarest).
 
     They add almost nothing to BM25 (tiny IDF) but make FTS5 score most of
     the partition, which is what costs time on a large memory.
     """
     cut = common_fraction * n
-    if len(terms) < 2 or n < 200:
+    if len(terms) < 2 or n < SELECTIVE_MIN_ENTRIES:
         return terms
-    dfs = [(sum(p.df.get(kw.stem(t), 0) for p in parts), t) for t in terms]
+    dfs = [(sum(p.df.get(kw.stem(t), 0) for p in partitions), t) for t in terms]
     kept = [t for df, t in dfs if df <= cut]
     return kept or [min(dfs)[1]]
 
 
-def gather(text: str, qvec: np.ndarray, *, mode: str, limit: int, config: RecallConfig, parts: Sequence[Partition],
+def gather(text: str, qvec: np.ndarray, *, mode: str, limit: int, config: RecallConfig, partitions: Sequence[Partition],
            tables: Sequence[str], store: AgentStore, rows: dict[int, Row], by_time: list[tuple[float, int]],
            hints: TimeHints, visible: Callable[[int], bool], assoc_k: int | None = None) -> Candidates:
-    """Run the retrievers of ``mode`` over the visible partitions (``parts``, FTS5 ``tables``); engine reads
+    """Run the retrievers of ``mode`` over the visible partitions (``partitions``, FTS5 ``tables``); engine reads
     activate ``assoc_k`` entries (None: ``config.assoc_k``)."""
     cfg = config
-    n_visible_scope = sum(p.live for p in parts)
+    n_visible_scope = sum(p.live for p in partitions)
     cue_words = {w for cue in hints.cues for w in cue.split()}  # time scaffolding is not a subject
     found = Candidates(terms=[t for t in kw.query_terms(text) if t not in cue_words])
     if mode in ("hybrid", "associative"):
-        _read_engines(found, qvec, parts, cfg, visible, cfg.assoc_k if assoc_k is None else assoc_k)
+        _read_engines(found, qvec, partitions, cfg, visible, cfg.assoc_k if assoc_k is None else assoc_k)
     if mode in ("hybrid", "keyword") and n_visible_scope:
-        _search_keywords(found, text, limit, cfg, parts, n_visible_scope, tables, store, rows, visible)
-        found.novelty = _novelty(found.terms, parts, cfg.novelty_ceiling)
+        _search_keywords(found, text, limit, cfg, partitions, n_visible_scope, tables, store, rows, visible)
+        found.novelty = _novelty(found.terms, partitions, cfg.novelty_ceiling)
     if hints.window is not None and n_visible_scope:
         start, end = hints.window
         lo = bisect.bisect_left(by_time, (start, -1))
@@ -90,13 +91,13 @@ def gather(text: str, qvec: np.ndarray, *, mode: str, limit: int, config: Recall
     return found
 
 
-def _read_engines(found: Candidates, qvec: np.ndarray, parts: Sequence[Partition], cfg: RecallConfig,
+def _read_engines(found: Candidates, qvec: np.ndarray, partitions: Sequence[Partition], cfg: RecallConfig,
                   visible: Callable[[int], bool], k: int) -> None:
-    for part in parts:
-        mem = part.engine(cfg.beta, cfg.assoc_k, cfg.activation)
+    for partition in partitions:
+        mem = partition.engine(cfg.beta, cfg.assoc_k, cfg.activation)
         if mem is None:
             continue
-        loc_rows = part.loc_rows
+        loc_rows = partition.loc_rows
         trace = mem.analyze(qvec, k=k)
         assert isinstance(trace, Trace)  # one query vector: one trace
         fc = float(trace.first_contact)
@@ -105,9 +106,9 @@ def _read_engines(found: Candidates, qvec: np.ndarray, parts: Sequence[Partition
             found.first_contact = fc
         for loc, sim in zip(trace.activated, trace.similarities):
             row = loc_rows.get(int(loc))
-            if row is None or not part.alive[row]:
+            if row is None or not partition.alive[row]:
                 continue
-            entry_id = int(part.ids[row])
+            entry_id = int(partition.ids[row])
             if visible(entry_id):
                 found.semantic[entry_id] = float(sim)
                 found.sem_list.append((float(sim), entry_id))
@@ -118,18 +119,18 @@ def _read_engines(found: Candidates, qvec: np.ndarray, parts: Sequence[Partition
         assert isinstance(resolved, Trace)
         for loc, sim in zip(resolved.activated, resolved.similarities):
             row = loc_rows.get(int(loc))
-            if row is None or not part.alive[row]:
+            if row is None or not partition.alive[row]:
                 continue
-            entry_id = int(part.ids[row])
+            entry_id = int(partition.ids[row])
             if visible(entry_id):
                 found.associative[entry_id] = weight * float(sim)
                 found.assoc_list.append((weight * float(sim), entry_id))
 
 
-def _search_keywords(found: Candidates, text: str, limit: int, cfg: RecallConfig, parts: Sequence[Partition],
+def _search_keywords(found: Candidates, text: str, limit: int, cfg: RecallConfig, partitions: Sequence[Partition],
                      n_visible_scope: int, tables: Sequence[str], store: AgentStore, rows: dict[int, Row],
                      visible: Callable[[int], bool]) -> None:
-    match = kw.fts_or_query(selective_terms(found.terms, parts, n_visible_scope, cfg.common_fraction))
+    match = kw.fts_or_query(selective_terms(found.terms, partitions, n_visible_scope, cfg.common_fraction))
     if match is not None:
         want = max(cfg.over_fetch, 4 * limit)
         for table in tables:  # each partition has its own BM25 statistics; merged by score

@@ -12,6 +12,7 @@ from typing import Literal
 
 from .._deprecation import module_aliases
 from ..errors import InvalidInput
+from .tuning import setting
 
 __all__ = ["RECALL_MODES", "DURABILITIES", "DEFAULT_UPDATE_CUES", "DEFAULT_RRF_WEIGHTS", "RecallConfig"]
 
@@ -36,9 +37,7 @@ DEFAULT_UPDATE_CUES = (
 #: Weight of each ranked list in reciprocal rank fusion. The engine's reconstruction list
 #: ("associative") weighs 0: on the evaluation's conversations it moved near ties the wrong way.
 #: Its score still counts in every candidate's evidence (``path``) and in the verdict.
-DEFAULT_RRF_WEIGHTS: Mapping[str, float] = {
-    "semantic": 1.0, "associative": 0.0, "keyword": 1.0, "exact": 1.0, "time": 1.0,
-}
+DEFAULT_RRF_WEIGHTS: Mapping[str, float] = setting("rrf_weights")
 
 
 @dataclass(frozen=True)
@@ -76,6 +75,11 @@ class RecallConfig:
     with all-MiniLM-L6-v2 (docs/agent-eval.md). With another encoder, or
     another kind of text, recalibrate (:meth:`AgentMemory.calibrate`) before
     changing any of them, and measure a change on questions of your own.
+    ``beta``, ``rrf_k``, ``bm25_half``, ``novelty_ceiling``, ``rrf_weights``,
+    ``common_fraction``, ``close_margin`` and ``rebuild_dead_fraction`` are
+    the settings the default verdict models were fitted under: their defaults
+    come from the tuning record (:mod:`hopmem.agent.tuning`, docs/tuning.md),
+    and opening a memory with another value warns (calibrate() fits a verdict under it).
 
     Attributes
     ----------
@@ -202,17 +206,17 @@ class RecallConfig:
         event usually says when it happened. English only; 0 turns it off.
     """
 
-    beta: float = 30.0
+    beta: float = setting("beta")
     assoc_k: int = 32
     aggregation_k: int = 64
     activation: Literal["exact", "compact"] = "compact"
     over_fetch: int = 50
-    rrf_k: float = 20.0
+    rrf_k: float = setting("rrf_k")
     keyword_weight: float = 0.5
-    common_fraction: float = 0.05
-    bm25_half: float = 4.0
+    common_fraction: float = setting("common_fraction")
+    bm25_half: float = setting("bm25_half")
     floor_ratio: float = 0.6
-    close_margin: float = 0.02
+    close_margin: float = setting("close_margin")
     rare_min: int = 3
     rare_fraction: float = 0.01
     dedup_cosine: float = 0.95
@@ -222,9 +226,9 @@ class RecallConfig:
     utility_boost: float = 0.25
     recency_boost: float = 0.1
     rrf_weights: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULT_RRF_WEIGHTS))
-    rebuild_dead_fraction: float = 0.2
+    rebuild_dead_fraction: float = setting("rebuild_dead_fraction")
     part_weight: float = 0.5
-    novelty_ceiling: float = 7.0
+    novelty_ceiling: float = setting("novelty_ceiling")
     context_weight: float = 0.5
     subject_boost: float = 0.25
     date_boost: float = 0.5

@@ -18,6 +18,7 @@ import logging
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -29,6 +30,7 @@ from ..errors import IncompatibleStore, InvalidInput, NotFound
 from ..gates import Gate
 from . import english
 from . import keyword as kw
+from ._recaller import Recaller, RecallView
 from .config import RECALL_MODES, RecallConfig
 from .encoding import encode_batches, encoder_record, is_encoder, space_centerer
 from .events import EventBus, MemoryEvent
@@ -38,6 +40,7 @@ from .rerank import Reranker, shipped_reranker
 from .results import Entry
 from .retention import DEFAULT_KINDS, ForgettingPolicy, KindPolicy, retention, utility
 from .store import AgentStore, blob_vector
+from .tuning import UnfittedSettings, unfitted_settings
 from .validation import identity, now_checked, seconds, timestamp
 from .verdict import MODE_FEATURES, VerdictModel
 
@@ -100,6 +103,12 @@ class MemoryCore:
         self.config = config or RecallConfig()
         if not isinstance(self.config, RecallConfig):
             raise InvalidInput(f"config: expected a RecallConfig, got {type(self.config).__name__}")
+        unfitted = unfitted_settings(self.config)
+        if unfitted:
+            named = ", ".join(f"{name} {fitted!r}, given {given!r}" for name, (fitted, given) in unfitted.items())
+            warnings.warn(f"config: the default verdict models were fitted under other settings ({named}): until "
+                          "calibrate() is called, their abstentions are not what docs/tuning.md reports",
+                          UnfittedSettings, stacklevel=3)
         english.preload()  # here, not in the first recall's latency
         self.day_zero = timestamp(day_zero, "day_zero")
         receipt_seconds = seconds(receipt_ttl, "receipt_ttl")
@@ -116,9 +125,20 @@ class MemoryCore:
             self._check_contract(centerer, now)
             self._reranker = self._resolve_reranker()
             self._load()
+            self._recaller = Recaller(self._recall_view())
         except BaseException:
             self._store.close()
             raise
+
+    def _recall_view(self) -> RecallView:
+        """What recall reads of this memory (:class:`~hopmem.agent._recaller.RecallView`)."""
+        return RecallView(
+            namespace=self.namespace, config=lambda: self.config, rows=lambda: self._rows,
+            by_time=lambda: self._by_time, partitions=lambda: self._partitions, fts=lambda: self._fts,
+            store=lambda: self._store, reranker=lambda: self._reranker,
+            gates=lambda: (self._gates, self._band_gates, self._models), expired=self._expired,
+            suppressed=self._suppressed, utility=lambda: self._utility if self.reinforcement else None,
+            retention=lambda: self._retention if self.forgetting is not None else None)
 
     def _now(self) -> float:
         return now_checked(self._clock)
@@ -173,7 +193,7 @@ class MemoryCore:
                 "with that encoder")
         self._rows: dict[int, Row] = {}
         self._by_time: list[tuple[float, int]] = []  # (created_at, id), sorted: time windows
-        self._parts: dict[str | None, Partition] = {}
+        self._partitions: dict[str | None, Partition] = {}
         self._fts: dict[str | None, str] = self._store.fts_tables(self.namespace)
         self._ingest(self._store.load_entries(self.namespace))
         self._data_version = self._store.data_version()
@@ -226,19 +246,19 @@ class MemoryCore:
                 self._rows[row.superseded_by].supersedes.append(row.id)
 
     def _add_row(self, row: Row) -> None:
-        row.part = row.session_id if row.durability == "session" else None
+        row.partition = row.session_id if row.durability == "session" else None
         row.value_tokens = value_tokens(row.text)
         row.stems = frozenset(kw.stem(t) for t in kw.query_terms(row.text))
         if row.supersedes is None:
             row.supersedes = []
         self._rows[row.id] = row
         bisect.insort(self._by_time, (row.created_at, row.id))
-        part = self._parts.get(row.part)
-        if part is None:
-            part = self._parts[row.part] = Partition(self.dim)
-        part.append(row.id, row.vector)
-        part.engine_append(row.id)
-        part.count_terms(row.stems, +1)
+        partition = self._partitions.get(row.partition)
+        if partition is None:
+            partition = self._partitions[row.partition] = Partition(self.dim)
+        partition.append(row.id, row.vector)
+        partition.engine_append(row.id)
+        partition.count_terms(row.stems, +1)
 
     def _drop_rows(self, ids: Iterable[int]) -> None:
         for entry_id in ids:
@@ -248,11 +268,11 @@ class MemoryCore:
             at = bisect.bisect_left(self._by_time, (row.created_at, row.id))
             if at < len(self._by_time) and self._by_time[at] == (row.created_at, row.id):
                 del self._by_time[at]
-            part = self._parts.get(row.part)
-            if part is not None:
-                part.kill(entry_id)
-                part.count_terms(row.stems, -1)
-                part.compact_if_needed(self.config.rebuild_dead_fraction)
+            partition = self._partitions.get(row.partition)
+            if partition is not None:
+                partition.kill(entry_id)
+                partition.count_terms(row.stems, -1)
+                partition.compact_if_needed(self.config.rebuild_dead_fraction)
             newer = self._rows.get(row.superseded_by) if row.superseded_by is not None else None
             if newer is not None and entry_id in newer.supersedes:
                 newer.supersedes.remove(entry_id)
@@ -283,7 +303,7 @@ class MemoryCore:
         """Delete rows from the file (inside the caller's transaction), grouped by FTS table."""
         by_fts: dict[str, list[int]] = {}
         for row in rows:
-            by_fts.setdefault(self._fts_for(row.part), []).append(row.id)
+            by_fts.setdefault(self._fts_for(row.partition), []).append(row.id)
         if by_fts:
             self._store.delete_entries(self.namespace, by_fts)
 

@@ -23,20 +23,26 @@ from . import keyword as kw
 from .config import RecallConfig
 from .english import zipf
 from .index import Partition, Row
+from .tuning import constant
 
 __all__ = ["Evidence", "lexical_scorer", "novelty", "content_words", "content_share", "EVERYDAY_ZIPF",
            "CONTENT_WEIGHT_CEILING", "CONTENT_WEIGHT_MIN"]
 
 #: A word at least this frequent in English (Zipf) is everyday vocabulary, not what a question is about.
-EVERYDAY_ZIPF = 6.0
+EVERYDAY_ZIPF: float = constant("EVERYDAY_ZIPF")
 #: A content word weighs ``max(CONTENT_WEIGHT_MIN, CONTENT_WEIGHT_CEILING - zipf)`` in :func:`content_share`:
 #: a rare word the candidates lack says more than a common one.
-CONTENT_WEIGHT_CEILING = 7.0
-CONTENT_WEIGHT_MIN = 0.5
+CONTENT_WEIGHT_CEILING: float = constant("CONTENT_WEIGHT_CEILING")
+CONTENT_WEIGHT_MIN: float = constant("CONTENT_WEIGHT_MIN")
+#: BM25's term-frequency saturation and length normalisation in :func:`lexical_scorer`.
+BM25_K1: float = constant("BM25_K1")
+BM25_B: float = constant("BM25_B")
+#: Below this many visible entries no query word is too common to search (``common_fraction``).
+SELECTIVE_MIN_ENTRIES: int = constant("SELECTIVE_MIN_ENTRIES")
 _CONTENT_WORD = re.compile(r"[a-z][a-z'-]*[a-z]")
 
 
-def lexical_scorer(terms: Sequence[str], parts: Sequence[Partition]) -> Callable[[Row], float]:
+def lexical_scorer(terms: Sequence[str], partitions: Sequence[Partition]) -> Callable[[Row], float]:
     """BM25 of an entry for the query's words, as keyword *evidence*.
 
     FTS5 ranks the keyword candidates, but its IDF, ``log((N - n + 0.5) /
@@ -46,14 +52,14 @@ def lexical_scorer(terms: Sequence[str], parts: Sequence[Partition]) -> Callable
     frequency and the light stemmer, over the visible partitions;
     k1 = 1.2, b = 0.75.
     """
-    n = sum(p.live for p in parts)
-    avgdl = max(1.0, sum(p.total_terms for p in parts) / max(n, 1))
+    n = sum(p.live for p in partitions)
+    avgdl = max(1.0, sum(p.total_terms for p in partitions) / max(n, 1))
     weights = {}
     for st in dict.fromkeys(kw.stem(t) for t in terms):
-        df = sum(p.df.get(st, 0) for p in parts)
+        df = sum(p.df.get(st, 0) for p in partitions)
         if df:
             weights[st] = math.log(1.0 + (n - df + 0.5) / (df + 0.5))
-    k1, b = 1.2, 0.75
+    k1, b = BM25_K1, BM25_B
 
     def score(row: Row) -> float:
         matched = sum(w for st, w in weights.items() if st in row.stems)
@@ -64,7 +70,7 @@ def lexical_scorer(terms: Sequence[str], parts: Sequence[Partition]) -> Callable
     return score
 
 
-def novelty(terms: Sequence[str], parts: Sequence[Partition], ceiling: float) -> float:
+def novelty(terms: Sequence[str], partitions: Sequence[Partition], ceiling: float) -> float:
     """Share of the query's word weight in words no visible entry contains (0 = all known).
 
     A word weighs ``max(0, ceiling - zipf)``, ``zipf`` being its Zipf
@@ -80,7 +86,7 @@ def novelty(terms: Sequence[str], parts: Sequence[Partition], ceiling: float) ->
         return 0.0
     total = unknown = 0.0
     for st, word in words.items():
-        df = sum(p.df.get(st, 0) for p in parts)
+        df = sum(p.df.get(st, 0) for p in partitions)
         weight = max(0.0, ceiling - zipf(word))
         total += weight
         if df == 0:
@@ -101,7 +107,7 @@ def content_words(text: str) -> list[str]:
     return out
 
 
-def content_share(words: Sequence[str], found: Iterable[Row], parts: Sequence[Partition],
+def content_share(words: Sequence[str], found: Iterable[Row], partitions: Sequence[Partition],
                   common_fraction: float) -> float:
     """The weighted share of the question's content ``words`` (:func:`content_words`) that the entries
     ``found`` (the best candidates) contain, matched by the light stemmer; 1 without content words.
@@ -112,11 +118,11 @@ def content_share(words: Sequence[str], found: Iterable[Row], parts: Sequence[Pa
     out (:func:`hopmem.agent.candidates.selective_terms`): in a conversation
     that is a speaker's name, which says nothing about the question's subject.
     """
-    n = sum(p.live for p in parts)
+    n = sum(p.live for p in partitions)
     kept = []
     for w in words:
         st = kw.stem(w)
-        if n >= 200 and sum(p.df.get(st, 0) for p in parts) > common_fraction * n:
+        if n >= SELECTIVE_MIN_ENTRIES and sum(p.df.get(st, 0) for p in partitions) > common_fraction * n:
             continue
         kept.append((st, max(CONTENT_WEIGHT_MIN, CONTENT_WEIGHT_CEILING - zipf(w))))
     if not kept:
@@ -131,10 +137,11 @@ def content_share(words: Sequence[str], found: Iterable[Row], parts: Sequence[Pa
 class Evidence:
     """The evidence of every candidate of one query, in the given mode.
 
-    ``semantic`` and ``associative`` are the engine's scores (shared with the
+    ``semantic`` and ``associative`` are the engine's scores (copied from the
     candidate lists and completed here for candidates only the keyword, exact
     or time lists found); ``keyword`` holds the normalised BM25 evidence and
-    ``value`` the candidate's evidence.
+    ``value`` the candidate's evidence. Built once per recall
+    (:meth:`score_all`); later stages extend a copy (:meth:`extended`).
     """
 
     def __init__(self, mode: str, config: RecallConfig, rows: Mapping[int, Row], qvec: np.ndarray,
@@ -145,7 +152,7 @@ class Evidence:
         self.config = config
         self.rows = rows
         self.qvec = qvec
-        self.semantic = semantic
+        self.semantic = dict(semantic)
         self.associative = associative
         self.lexical = lexical
         self.keyword: dict[int, float] = {}
@@ -161,11 +168,17 @@ class Evidence:
         for i in ids:
             self.score(i)
 
-    def add(self, i: int) -> None:
-        """Score one more entry (a version pulled in after the candidate lists)."""
-        if self.use_vectors:
-            self.semantic[i] = float(self.rows[i].vector @ self.qvec)
-        self.score(i)
+    def extended(self, ids: Iterable[int]) -> Evidence:
+        """A copy that also scores ``ids`` (entries brought in after the candidate lists: a version, a
+        turn of context); ``self`` is left as it is."""
+        out = Evidence(self.mode, self.config, self.rows, self.qvec, self.semantic, self.associative, self.lexical)
+        out.keyword = dict(self.keyword)
+        out.value = dict(self.value)
+        for i in ids:
+            if self.use_vectors:
+                out.semantic[i] = float(self.rows[i].vector @ self.qvec)
+            out.score(i)
+        return out
 
     def score(self, i: int) -> None:
         cfg = self.config

@@ -37,7 +37,7 @@ class Row:
         "id", "session_id", "durability", "kind", "text", "norm_text", "vector", "importance", "labels",
         "inferred_labels", "metadata", "created_at", "updated_at", "reinforced_at", "expires_at",
         "merged_count", "superseded_by", "eval_sum", "eval_weight", "manual_feedback", "exposures",
-        "expired_notified", "part", "supersedes", "value_tokens", "stems",
+        "expired_notified", "partition", "supersedes", "value_tokens", "stems",
     )
 
     # The slots' types, for readers and type checkers (annotations only: no class attributes).
@@ -63,7 +63,7 @@ class Row:
     manual_feedback: float | None
     exposures: int
     expired_notified: bool
-    part: str | None  # the visibility partition: None (shared) or the session id
+    partition: str | None  # the visibility partition: None (shared) or the session id
     supersedes: list[int]
     value_tokens: frozenset[str]
     stems: frozenset[str]

@@ -10,9 +10,9 @@ Two uses, two strictnesses:
 * **explicit** labels (given by the caller on ``remember`` or ``recall``) are
   validated: an unknown key, a value outside the allowed set or too many values
   is an :class:`~hopmem.errors.InvalidInput`. On recall they *filter*.
-* **inferred** labels (from an optional labeller) are cleaned: what the policy
+* **inferred** labels (from an optional labeler) are cleaned: what the policy
   does not allow is dropped silently and the per-key limit truncates. They only
-  *boost* ranking, because a labeller's mistake must never make a relevant
+  *boost* ranking, because a labeler's mistake must never make a relevant
   entry unreachable.
 """
 
@@ -27,7 +27,7 @@ from ..errors import InvalidInput
 __all__ = ["LabelPolicy", "Labels", "Labeler", "merge_labels", "labels_match", "labels_overlap"]
 
 Labels = dict[str, list[str]]
-#: A labeller: text in, labels out. It may raise; the write is kept unlabelled.
+#: A labeler: text in, labels out. It may raise; the write is kept unlabelled.
 Labeler = Callable[[str], Mapping[str, Any]]
 
 

@@ -117,8 +117,8 @@ class MaintenanceMixin(MemoryCore):
             gone = expired + suppressed
             leaving: dict[str | None, int] = {}
             for row in gone:
-                leaving[row.part] = leaving.get(row.part, 0) + 1
-            emptied = [k for k, n in leaving.items() if k is not None and self._parts[k].live == n]
+                leaving[row.partition] = leaving.get(row.partition, 0) + 1
+            emptied = [k for k, n in leaving.items() if k is not None and self._partitions[k].live == n]
             with self._store.transaction():
                 self._delete(gone)
                 receipts = self._store.prune_receipts(self.namespace, now, self.max_receipts)
@@ -128,7 +128,7 @@ class MaintenanceMixin(MemoryCore):
             self._drop_rows([r.id for r in gone])
             for key in emptied:
                 self._fts.pop(key, None)
-                self._parts.pop(key, None)
+                self._partitions.pop(key, None)
         for row in expired:
             if not row.expired_notified:
                 self._emit("expired", row.session_id, now, id=row.id, text=row.text, expires_at=row.expires_at)

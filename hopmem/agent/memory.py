@@ -141,7 +141,7 @@ class AgentMemory(WritesMixin, CalibrationMixin, FeedbackMixin, MaintenanceMixin
         clock : callable returning seconds, optional
             The time source for TTLs, decay, receipts and created times.
         label_policy, labeler
-            Allowed labels; an optional automatic labeller (boost only).
+            Allowed labels; an optional automatic labeler (boost only).
         kinds : mapping of kind to :class:`KindPolicy`, optional
             Overrides of the default TTL and half-life factor per kind.
         capacity : int, optional

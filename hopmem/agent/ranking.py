@@ -18,6 +18,7 @@ from __future__ import annotations
 import bisect
 import functools
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import Any
 
 from ..gates import Gate
 from . import keyword as kw
@@ -28,21 +29,22 @@ from .index import Row, source_of
 from .labels import labels_overlap, merge_labels
 from .results import Explanation, MemoryHit
 from .temporal import resolve_dates
+from .tuning import constant
 
-__all__ = ["ranked_lists", "fuse", "head", "pull_versions", "apply_boosts", "order_versions", "build_hits",
+__all__ = ["ranked_lists", "fuse", "head", "apply_boosts", "order_versions", "order_groups", "build_hits",
            "chain_end", "version_groups", "named_source", "named_among", "source_key", "prefer_subject",
            "context_neighbours",
            "fuse_context", "CONTEXT_GAP", "CONTEXT_SEEDS",
            "CONTEXT_PER_SIDE", "CONTEXT_KEEP"]
 
 #: Entries created at most this many seconds before or after a hit can be its context.
-CONTEXT_GAP = 3600.0
+CONTEXT_GAP: float = constant("CONTEXT_GAP")
 #: How many of the first hits bring their context in.
-CONTEXT_SEEDS = 3
+CONTEXT_SEEDS: int = constant("CONTEXT_SEEDS")
 #: How many entries on each side of a hit are its context.
-CONTEXT_PER_SIDE = 2
+CONTEXT_PER_SIDE: int = constant("CONTEXT_PER_SIDE")
 #: The first hits that keep their places when the context is fused in.
-CONTEXT_KEEP = 2
+CONTEXT_KEEP: int = constant("CONTEXT_KEEP")
 
 
 def ranked_lists(found: Candidates, evidence: Evidence, in_window: Collection[int]) -> dict[str, list[int]]:
@@ -63,7 +65,7 @@ def ranked_lists(found: Candidates, evidence: Evidence, in_window: Collection[in
     return lists
 
 
-def fuse(lists: Mapping[str, list[int]], ids: Sequence[int],
+def fuse(lists: Mapping[str, Sequence[int]], ids: Sequence[int],
          config: RecallConfig) -> tuple[dict[int, dict[str, int]], dict[int, float]]:
     """Reciprocal rank fusion over the lists: each candidate's rank per list, and its fused score.
 
@@ -87,8 +89,8 @@ def fuse(lists: Mapping[str, list[int]], ids: Sequence[int],
     return ranks, fused
 
 
-def head(admitted: dict[int, str], fused: Mapping[int, float], ev: Mapping[int, float],
-         exact: Collection[int], limit: int) -> dict[int, str]:
+def head(admitted: Mapping[int, str], fused: Mapping[int, float], ev: Mapping[int, float],
+         exact: Collection[int], limit: int) -> Mapping[int, str]:
     """The admitted hits that can still reach the top ``limit``.
 
     Only the head of the fused ranking can get there through bounded boosts
@@ -99,28 +101,6 @@ def head(admitted: dict[int, str], fused: Mapping[int, float], ev: Mapping[int, 
         return admitted
     keep = set(sorted(admitted, key=lambda i: (-fused[i], -ev[i], i))[:pool_size]) | set(exact)
     return {i: why for i, why in admitted.items() if i in keep}
-
-
-def pull_versions(rows: Mapping[int, Row], admitted: dict[int, str], order: str, visible: Callable[[int], bool],
-                  evidence: Evidence, ranks: dict[int, dict[str, int]], fused: dict[int, float],
-                  floor: float) -> dict[int, int]:
-    """Admit the other end of each admitted entry's supersession chain on its own evidence.
-
-    Returns, for each entry pulled in, the admitted entry it is a version of.
-    """
-    via: dict[int, int] = {}
-    for i in list(admitted):
-        relative = chain_end(rows, i, order, visible)
-        if relative is None or relative == i or relative in admitted:
-            continue
-        if relative not in evidence.value:
-            evidence.add(relative)
-            ranks[relative] = {}
-        if evidence.value[relative] >= floor:
-            admitted[relative] = ("newer" if order == "recent" else "older") + " version of an admitted hit"
-            via[relative] = i
-            fused[relative] = max(fused.get(relative, 0.0), fused[i] * 0.999)
-    return via
 
 
 def apply_boosts(rows: Mapping[int, Row], admitted: Collection[int], fused: Mapping[int, float], *,
@@ -208,7 +188,13 @@ def order_versions(rows: Mapping[int, Row], ids: Sequence[int], order: str, fina
     """Versions of one fact among ``ids``: the preferred one (newest for ``recent``, else oldest) takes the
     group's best score, the others keep theirs (just below it at most), so the version it displaced stays
     right behind it rather than trading places with it."""
-    for group in version_groups(rows, ids):
+    order_groups(rows, version_groups(rows, ids), order, final, boosts)
+
+
+def order_groups(rows: Mapping[int, Row], groups: Sequence[Sequence[int]], order: str, final: dict[int, float],
+                 boosts: Mapping[int, Any]) -> None:
+    """:func:`order_versions` over groups already found (:func:`version_groups`)."""
+    for group in groups:
         by_time = sorted(group, key=lambda i: (rows[i].created_at, i), reverse=(order == "recent"))
         top = max(final[i] for i in group)
         values = [top] + [min(final[i], top * (1.0 - 1e-3)) for i in by_time[1:]]
@@ -219,8 +205,8 @@ def order_versions(rows: Mapping[int, Row], ids: Sequence[int], order: str, fina
 
 
 def build_hits(rows: Mapping[int, Row], ordered_ids: Sequence[int], *, found: Candidates, evidence: Evidence,
-               admitted: Mapping[int, str], ranks: Mapping[int, dict[str, int]], fused: Mapping[int, float],
-               final: Mapping[int, float], boosts: Mapping[int, dict[str, float]], via: Mapping[int, int],
+               admitted: Mapping[int, str], ranks: Mapping[int, Mapping[str, int]], fused: Mapping[int, float],
+               final: Mapping[int, float], boosts: Mapping[int, Mapping[str, float]], via: Mapping[int, int],
                in_window: Collection[int], band_gate: Gate, use_keywords: bool) -> list[MemoryHit]:
     """The hits, each with its band and explanation."""
     # matched terms for the explanation, by the light stemmer (FTS5's Porter stemmer decided the ranking)
@@ -241,7 +227,7 @@ def build_hits(rows: Mapping[int, Row], ordered_ids: Sequence[int], *, found: Ca
             bm25=found.keyword_scores.get(i), evidence=round(evidence.value[i], 4),
             matched_terms=tuple(matched.get(i, [])), exact_tokens=tuple(found.exact.get(i, [])),
             time_match=i in in_window, admitted_by=admitted[i],
-            boosts={k: round(v, 4) for k, v in boosts[i].items()}, fused=round(fused[i], 6),
+            boosts={k: round(v, 4) for k, v in boosts[i].items()}, fused=round(fused.get(i, 0.0), 6),
             superseded_by=row.superseded_by, via=via.get(i))
         hits.append(MemoryHit(entry_id=i, text=row.text, score=round(final[i], 6), band=band, explanation=expl,
                         kind=row.kind, durability=row.durability, session_id=row.session_id,
@@ -334,7 +320,7 @@ def context_neighbours(rows: Mapping[int, Row], by_time: Sequence[tuple[float, i
                 if abs(t - row.created_at) > gap:
                     break
                 other = rows.get(i)
-                if (other is not None and other.part == row.part and source_of(other.metadata) is not None
+                if (other is not None and other.partition == row.partition and source_of(other.metadata) is not None
                         and visible(i)):
                     found.append(i)
                 j += step

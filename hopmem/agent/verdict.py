@@ -65,6 +65,8 @@ from ..gates import Bands, Gate
 from .config import RecallConfig
 from .evidence import Evidence, content_share
 from .index import Partition, Row
+from .tuning import constant
+from .tuning import record as tuning_record
 
 __all__ = ["DEFAULT_GATES", "DEFAULT_BAND_GATES", "DEFAULT_MODELS",
            "VERDICT_FEATURES", "CROWD_COSINE", "MARGIN_NEIGHBOURS", "GROUNDING_SEMANTIC_WEIGHT",
@@ -75,18 +77,18 @@ __all__ = ["DEFAULT_GATES", "DEFAULT_BAND_GATES", "DEFAULT_MODELS",
            "gate_note", "decide", "admit", "abstention_reason", "admission_reason"]
 
 #: Entries whose cosines define the semantic margin: the nearest one against the mean of this many.
-MARGIN_NEIGHBOURS = 10
+MARGIN_NEIGHBOURS: int = constant("MARGIN_NEIGHBOURS")
 #: ``crowd`` counts the next :data:`MARGIN_NEIGHBOURS` - 1 nearest entries within this cosine of the nearest.
-CROWD_COSINE = 0.05
+CROWD_COSINE: float = constant("CROWD_COSINE")
 #: Below this calibrated AUC a reason warns that the gate barely separates related from unrelated queries.
-WEAK_GATE_AUC = 0.65
+WEAK_GATE_AUC: float = constant("WEAK_GATE_AUC")
 #: The grounding statistic (:func:`grounding_statistic`, for gates stored without a model): weight of the
 #: best semantic path beside the best keyword evidence, in hybrid mode.
-GROUNDING_SEMANTIC_WEIGHT = 0.3
+GROUNDING_SEMANTIC_WEIGHT: float = constant("GROUNDING_SEMANTIC_WEIGHT")
 #: The grounding statistic: weight of the query's novelty subtracted, in the modes that read keywords.
-GROUNDING_NOVELTY_WEIGHT = 0.2
+GROUNDING_NOVELTY_WEIGHT: float = constant("GROUNDING_NOVELTY_WEIGHT")
 #: Folds for the out-of-fold log-odds that :meth:`~hopmem.agent.AgentMemory.calibrate` fits a gate on.
-CROSS_FIT_FOLDS = 5
+CROSS_FIT_FOLDS: int = constant("CROSS_FIT_FOLDS")
 #: The features each mode's verdict model reads (see the module docstring): what
 #: :meth:`~hopmem.agent.AgentMemory.calibrate` fits.
 VERDICT_FEATURES: Mapping[str, tuple[str, ...]] = {
@@ -114,13 +116,13 @@ MODE_FEATURES: Mapping[str, frozenset[str]] = {
     "keyword": frozenset(VERDICT_FEATURES["keyword"]),
 }
 #: ``content_share`` looks for the question's words in this many of the best fused candidates.
-SHARE_DEPTH = 10
+SHARE_DEPTH: int = constant("SHARE_DEPTH")
 #: ``agreement`` counts, among this many of the best fused candidates, those that both the semantic and the
 #: keyword list rank within their :data:`AGREEMENT_DEPTH` first.
-AGREEMENT_TOP = 5
-AGREEMENT_DEPTH = 10
+AGREEMENT_TOP: int = constant("AGREEMENT_TOP")
+AGREEMENT_DEPTH: int = constant("AGREEMENT_DEPTH")
 #: L2 penalty of the logistic regression, on standardised features (chosen on the development set).
-MODEL_L2 = 1.0
+MODEL_L2: float = constant("MODEL_L2")
 
 
 @dataclass(frozen=True)
@@ -226,27 +228,18 @@ def _default_gate(tau: float) -> Gate:
 #: conversations and the project's development sets together, each benchmark weighing the same
 #: (``python -m benchmarks.locomo.fit_defaults LOCOMO_DATA_DIR``); the other modes' on every question of the
 #: project's first development set (``python -m benchmarks.agent_eval.run --data dev --fit-defaults``).
-DEFAULT_MODELS: Mapping[str, VerdictModel] = {
-    "hybrid": VerdictModel(("evidence", "content_share", "agreement"), (3.401, 2.113, 0.354), -4.108),
-    "associative": VerdictModel(("evidence", "margin", "crowd"), (4.111, 13.730, 0.162), -3.190),
-    "keyword": VerdictModel(("evidence", "novelty"), (7.207, -4.582), -1.666),
-}
+#: The models live in the tuning record (:mod:`hopmem.agent.tuning`) with their provenance.
+DEFAULT_MODELS: Mapping[str, VerdictModel] = {mode: VerdictModel.from_dict(model)
+                                              for mode, model in tuning_record()["models"].items()}
 #: Used with the :data:`DEFAULT_MODELS` until :meth:`AgentMemory.calibrate` is called, and every
 #: selection's ``reason`` says the gate is uncalibrated. Thresholds on log-odds. Hybrid mode's is the highest
 #: at which no development pool of ``benchmarks.locomo.fit_defaults`` abstains on more than 8% of its
 #: answerable questions; the other modes' are deliberately strict (the first development set's gates at
 #: error budget 0.1).
-DEFAULT_GATES: Mapping[str, Gate] = {
-    "hybrid": _default_gate(-0.207),
-    "associative": _default_gate(1.62),
-    "keyword": _default_gate(2.49),
-}
+DEFAULT_GATES: Mapping[str, Gate] = {mode: _default_gate(tau) for mode, tau in tuning_record()["gates"].items()}
 #: Cut points for a hit's band (on its evidence) until calibrated.
-DEFAULT_BAND_GATES: Mapping[str, Gate] = {
-    "hybrid": _default_gate(0.6),
-    "associative": _default_gate(0.5),
-    "keyword": _default_gate(0.5),
-}
+DEFAULT_BAND_GATES: Mapping[str, Gate] = {mode: _default_gate(tau)
+                                          for mode, tau in tuning_record()["band_gates"].items()}
 
 
 def select_gates(gates: Mapping[str, Gate], band_gates: Mapping[str, Gate], models: Mapping[str, VerdictModel],
@@ -287,10 +280,10 @@ def margin(near: Sequence[float]) -> float:
 
 
 def ranking_features(order: Sequence[int], ranks: Mapping[int, Mapping[str, int]], rows: Mapping[int, Row],
-                     words: Sequence[str], parts: Sequence[Partition], common_fraction: float) -> dict[str, float]:
+                     words: Sequence[str], partitions: Sequence[Partition], common_fraction: float) -> dict[str, float]:
     """``content_share`` and ``agreement`` (see the module docstring) of the candidates in fused ``order``
     (best first), with each candidate's rank per list ``ranks`` and the question's content ``words``."""
-    share = content_share(words, (rows[i] for i in order[:SHARE_DEPTH]), parts, common_fraction)
+    share = content_share(words, (rows[i] for i in order[:SHARE_DEPTH]), partitions, common_fraction)
     both = sum(1 for i in order[:AGREEMENT_TOP]
                if ranks.get(i, {}).get("semantic", AGREEMENT_DEPTH + 1) <= AGREEMENT_DEPTH
                and ranks.get(i, {}).get("keyword", AGREEMENT_DEPTH + 1) <= AGREEMENT_DEPTH)

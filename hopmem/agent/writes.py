@@ -2,7 +2,7 @@
 
 A write is one encoder call, a centring, a few cosines against the entry's own
 partition and one SQLite transaction; the entry is committed before
-:meth:`WritesMixin.remember` returns. An optional labeller runs after the
+:meth:`WritesMixin.remember` returns. An optional labeler runs after the
 commit and can only add boost labels.
 """
 
@@ -48,7 +48,7 @@ class WritesMixin(MemoryCore):
     """:meth:`remember` and :meth:`remember_many`, with dedup, supersession and eviction."""
 
     #: While :meth:`remember_many` holds a batch's transaction open: what to run once it commits
-    #: (events and the labeller, which must not see a write that could still be rolled back).
+    #: (events and the labeler, which must not see a write that could still be rolled back).
     _after_commit: list[Callable[[], None]] | None = None
 
     def _when_committed(self, action: Callable[[], None]) -> None:
@@ -144,7 +144,7 @@ class WritesMixin(MemoryCore):
                 if repeat is not None:
                     return self._repeated(wid, digest, repeat, now)
             created = now if created_at is None else float(created_at)
-            part_key = session_id if durability == "session" else None
+            partition_key = session_id if durability == "session" else None
             norm = kw.normalise_text(text)
             if ttl_s is None:
                 kind_ttl = self.kinds[kind].ttl
@@ -154,9 +154,9 @@ class WritesMixin(MemoryCore):
             expires = None if ttl_s is None else created + ttl_s
             if supersedes is not None:
                 old_row = self._row(supersedes)
-                if old_row.part != part_key:
+                if old_row.partition != partition_key:
                     raise NotFound(f"no entry {supersedes} in this scope to supersede")
-            target, similar = self._find_duplicate(part_key, kind, text, norm, vector, now, created,
+            target, similar = self._find_duplicate(partition_key, kind, text, norm, vector, now, created,
                                                       metadata)
             if target is not None:
                 return self._merge(target, text, meta_json, explicit, importance, expires, session_id, now,
@@ -171,7 +171,7 @@ class WritesMixin(MemoryCore):
             }
             superseded = self._supersession_target(similar, kind, text, created, supersedes, metadata)
             evicted: list[Row] = []
-            fts = self._fts_for(part_key)
+            fts = self._fts_for(partition_key)
             with self._store.transaction():
                 entry_id = self._store.insert_entry(fts, values)
                 if wid is not None:
@@ -208,7 +208,7 @@ class WritesMixin(MemoryCore):
         with self._lock:
             return self._entry(row, self._now())
 
-    def _find_duplicate(self, part_key: str | None, kind: str, text: str, norm: str, vector: np.ndarray,
+    def _find_duplicate(self, partition_key: str | None, kind: str, text: str, norm: str, vector: np.ndarray,
                         now: float, created: float, metadata: Any) -> tuple[Row | None, list[tuple[float, Row]]]:
         """The entry to merge into (if any) and the similar entries a new one would supersede.
 
@@ -221,17 +221,17 @@ class WritesMixin(MemoryCore):
         "next month I'm having an art show" and, weeks later, "I'm putting
         together an art show next month") and is stored as its own entry.
         """
-        part = self._parts.get(part_key)
-        if part is None or part.live == 0:
+        partition = self._partitions.get(partition_key)
+        if partition is None or partition.live == 0:
             return None, []
-        rows_idx, scores = top_k_dot(part.matrix[: part.n], vector[None, :], min(16, part.n))
+        rows_idx, scores = top_k_dot(partition.matrix[: partition.n], vector[None, :], min(16, partition.n))
         tokens = value_tokens(text)
         similar: list[tuple[float, Row]] = []
         best: Row | None = None
         for r, s in zip(rows_idx[0], scores[0]):
-            if not part.alive[r]:
+            if not partition.alive[r]:
                 continue
-            row = self._rows.get(int(part.ids[r]))
+            row = self._rows.get(int(partition.ids[r]))
             if row is None or self._expired(row, now):
                 continue
             if not _samesource_of(row.metadata, metadata):
@@ -311,8 +311,8 @@ class WritesMixin(MemoryCore):
             return
         try:
             inferred = self.label_policy.normalise(self.labeler(text), strict=False)
-        except Exception as exc:  # noqa: BLE001 - a labeller failure leaves a valid, unlabelled entry
-            logger.warning("hopmem.agent: labeller failed on entry %s: %s", entry_id, exc)
+        except Exception as exc:  # noqa: BLE001 - a labeler failure leaves a valid, unlabelled entry
+            logger.warning("hopmem.agent: labeler failed on entry %s: %s", entry_id, exc)
             self._emit("labeling_failed", session_id, self._now(), id=entry_id, error=repr(exc))
             return
         if not inferred:
@@ -358,7 +358,7 @@ class WritesMixin(MemoryCore):
         statements to a transaction; an item that :meth:`remember` would
         refuse raises with the items before it stored (and committed). Every
         returned entry is committed; a crash or a failed write during the
-        call keeps whole batches only, and events and the labeller follow
+        call keeps whole batches only, and events and the labeler follow
         each batch's commit.
         ``progress`` shows a bar while encoding (default: from
         :data:`~hopmem.agent.encoding.PROGRESS_FROM` items on, when stderr is a terminal).
