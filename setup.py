@@ -1,4 +1,4 @@
-"""Build the one compiled extension: hopmem._kernel (Cython over kernels/*.c).
+"""Build the one compiled extension: hopmem.engine._kernel (Cython over kernels/*.c).
 
 The environment variable HOPMEM_BUILD picks the flavour of the build:
 
@@ -50,8 +50,8 @@ else:
 
 extensions = [
     Extension(
-        "hopmem._kernel",
-        sources=["hopmem/_kernel.pyx", "kernels/hopmem_kernel.c", "kernels/hopmem_threads.c",
+        "hopmem.engine._kernel",
+        sources=["hopmem/engine/_kernel.pyx", "kernels/hopmem_kernel.c", "kernels/hopmem_threads.c",
                  "kernels/amx_batch.c"],
         include_dirs=["kernels", np.get_include()],
         depends=["kernels/hopmem_kernel.h", "kernels/hopmem_threads.h", "kernels/dots16_template.h",

@@ -2,7 +2,7 @@
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.ab_kernel OLD_KERNEL_SO [--rounds N]
 
-OLD_KERNEL_SO is another build of ``hopmem/_kernel*.so`` (for instance built
+OLD_KERNEL_SO is another build of ``hopmem/engine/_kernel*.so`` (for instance built
 from an earlier commit in a ``git worktree``). It is imported next to the
 working tree's kernel under another package name, and both run the same
 operations on the same memories, alternating call by call (the order flips
@@ -20,7 +20,7 @@ and each build's median time. The operations:
   modes, on the comparison's memories (``bench_engine.workload``), whose
   results must be bit for bit equal.
 
-The two builds must share the state layout (``hopmem._state.State``) and the
+The two builds must share the state layout (``hopmem.engine._state.State``) and the
 functions called here (``write``, ``read_one``, ``read_results``); a change
 to those is not an A/B of the kernel.
 """
@@ -43,7 +43,7 @@ import numpy as np
 from benchmarks.asv import bench_engine  # pins BLAS to one thread first
 from benchmarks.store_bench import Data
 from hopmem import Memory
-from hopmem import _kernel as new_kernel
+from hopmem.engine import _kernel as new_kernel
 
 
 def load_old(so_path: str) -> Any:

@@ -36,7 +36,7 @@ MODES = ("hybrid", "associative", "keyword")
 
 def _memory(path: str):
     from hopmem.agent import AgentMemory
-    from hopmem.encoders import HashingEncoder
+    from hopmem.text.encoders import HashingEncoder
 
     return AgentMemory.open(path, encoder=HashingEncoder(384), namespace="ab", clock=lambda: 1_000_000.0)
 

@@ -107,7 +107,7 @@ def dataset(name: str, n: int, nq: int, seed: int, texts: list[Path] | None = No
     elif name == "diffuse":
         X = _around(max(n // 100, 1), n + nq, DIM, 1.2 / math.sqrt(DIM), rng)
     elif name == "minilm":
-        from hopmem.encoders import default_encoder
+        from hopmem.text.encoders import default_encoder
         corpus = corpus_texts([Path(__file__).parent / "data" / "agent_eval", *(texts or [])])
         order = rng.permutation(len(corpus))[: n + nq]
         X = _unit(default_encoder().encode([corpus[i] for i in order]))
@@ -233,7 +233,7 @@ def recall(got: np.ndarray, want: np.ndarray) -> float:
 def run(args: argparse.Namespace, log: Any = print) -> dict[str, Any]:
     set_threads(1)
     if getattr(args, "index_fit", ""):
-        from hopmem import _kernel
+        from hopmem.engine import _kernel
         per_root, sample, rounds = args.index_fit.split(",")
         _kernel.APPROX_GROUPS_PER_ROOT = float(per_root)
         _kernel.APPROX_INDEX_SAMPLE, _kernel.APPROX_INDEX_ITERATIONS = int(sample), int(rounds)

@@ -34,7 +34,7 @@ import sys
 from collections.abc import Callable
 
 from hopmem.agent.encoding import CENTERING_DIR, fit_space_centerer, shipped_record
-from hopmem.encoders import Encoder, HashingEncoder, OnnxEncoder, SentenceTransformerEncoder, encoder_dim
+from hopmem.text.encoders import Encoder, HashingEncoder, OnnxEncoder, SentenceTransformerEncoder, encoder_dim
 
 
 def _minilm() -> Encoder:

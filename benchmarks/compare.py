@@ -12,7 +12,7 @@ suite uses), it times, in one run:
   ``addresses @ q`` (for a batch, ``Q @ addresses.T``): no engine can activate
   locations in less than one pass over them;
 * ``scan`` (for context): the kernel's own exact top-k scan over that matrix,
-  ``hopmem.memory.top_k_dot(addresses, q, k)``, i.e. the activation step alone.
+  ``hopmem.engine.memory.top_k_dot(addresses, q, k)``, i.e. the activation step alone.
 
 for a single write into the filled memory, an iterative read, a fast read and a
 batch of 64 iterative reads. Each operation is measured in a pass of its own,
@@ -57,7 +57,7 @@ else:
 
 import hopmem  # noqa: E402
 from hopmem import Memory  # noqa: E402
-from hopmem.memory import top_k_dot  # noqa: E402
+from hopmem.engine.memory import top_k_dot  # noqa: E402
 
 CONTENDERS = ("native", "compact", "reference", "scan", "floor")
 OPS = ("write", "read_iterative", "read_fast", "read_batch64")
@@ -471,7 +471,7 @@ def report(setups: list[Setup], rows: list[dict[str, Any]], *, preset: str, reps
             "- Floor: `addresses @ q` (batch: `Q @ addresses.T`, per query) on the engine's own"
             " float32 address matrix, NumPy/BLAS pinned to one thread; it computes the"
             " activation scores only.",
-            "- Kernel scan: `hopmem.memory.top_k_dot(addresses, q, k)`, the kernel's exact"
+            "- Kernel scan: `hopmem.engine.memory.top_k_dot(addresses, q, k)`, the kernel's exact"
             " top-k scan alone (activation without the read-out), for context.",
             "- The reference's batch read is not timed: it reads one query at a time, so its"
             " per-query time is its single read.",

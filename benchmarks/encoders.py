@@ -69,7 +69,7 @@ LABELS = ("torch", "onnx", "onnx-int8")
 
 
 def make(label: str, threads: int = 1) -> Any:
-    from hopmem.encoders import OnnxEncoder, SentenceTransformerEncoder
+    from hopmem.text.encoders import OnnxEncoder, SentenceTransformerEncoder
 
     if label == "torch":
         return SentenceTransformerEncoder(num_threads=threads)

@@ -160,7 +160,7 @@ def single_reads(reps: int, sizes: tuple[int, ...]) -> list[str]:
 
 def _amx(f: Callable[[], object]) -> Callable[[], object]:
     """``f`` with blocked batches on AMX bf16 tiles (the default where the CPU has them)."""
-    from hopmem import _batched
+    from hopmem.engine import _batched
 
     def run() -> object:
         before = _batched.use_amx(True)
@@ -183,7 +183,7 @@ def _from_float64(mem: Memory, X: np.ndarray, Q: np.ndarray, got: np.ndarray) ->
 
 
 def batch_reads(reps: int, n: int) -> list[str]:
-    from hopmem import _batched, _kernel
+    from hopmem.engine import _batched, _kernel
 
     rng = np.random.default_rng(2)
     mem = Memory(D, mode="plain", k=n, beta=BETA, t_max=STEPS, epsilon=0.0)
@@ -193,7 +193,7 @@ def batch_reads(reps: int, n: int) -> list[str]:
          / np.sqrt(D)).astype(np.float32)
     amx = _kernel.amx_available()
     before = _batched.use_amx(False)  # the float32 BLAS rows (AMX rows: _amx)
-    # A batch this size runs as blocked products (hopmem/_batched.py): within the
+    # A batch this size runs as blocked products (hopmem/engine/_batched.py): within the
     # documented bound of single reads, not their bits.
     diff = {s: float(np.abs(mem.read(Q, s) - np.stack([mem.read(q, s) for q in Q])).max())
             for s in ("fast", "iterative")}

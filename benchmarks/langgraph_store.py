@@ -61,7 +61,7 @@ def questions(n: int) -> list[str]:
 
 
 def make_encoder(name: str) -> Any:
-    from hopmem.encoders import HashingEncoder, default_encoder
+    from hopmem.text.encoders import HashingEncoder, default_encoder
 
     return HashingEncoder(384) if name == "hashing" else default_encoder()
 

@@ -5,7 +5,7 @@
 Part 1, exact top-n (n = 10) over N unit-normalised float32 documents of
 d = 384, one query at a time:
 
-* hopmem: ``hopmem.resolution.VectorIndex.search``, the exact resolution
+* hopmem: ``hopmem.store.resolution.VectorIndex.search``, the exact resolution
   behind ``collection.resolve`` (a float16 scan with exact float32 re-scoring);
 * faiss-cpu ``IndexFlatIP`` (exact);
 * hnswlib, inner-product space (approximate: its recall@10 is reported;
@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from hopmem import Memory, set_threads
-from hopmem.resolution import VectorIndex
+from hopmem.store.resolution import VectorIndex
 
 from .report import machine, markdown_table, write_csv
 from .vectors import perturb, random_patterns, unit_rows

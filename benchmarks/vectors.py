@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from hopmem.memory import top_k_dot
+from hopmem.engine.memory import top_k_dot
 
 
 def unit_rows(X: np.ndarray) -> np.ndarray:

@@ -4,7 +4,7 @@ The public API, re-exported; nothing else lives here.
 
 - :class:`Memory`: the engine (one collection), competitive or plain mode.
 - :func:`open`, :class:`DataDir`: the embedded durable store (SQLite).
-- :mod:`hopmem.encoders`, :class:`Centerer`, :mod:`hopmem.gates`,
+- :mod:`hopmem.text.encoders`, :class:`Centerer`, :mod:`hopmem.text.gates`,
   :class:`TextCollection`: text in, calibrated answers out.
 - :func:`set_threads`, :func:`get_threads`: threads for the kernel's scans.
 - :mod:`hopmem.agent`: agent memory; :mod:`hopmem.server`: the HTTP server.
@@ -14,10 +14,14 @@ from __future__ import annotations
 
 __version__ = "0.2.0"  # first: the store records it in the files it creates
 
+from ._deprecation import install_moved_modules as _install_moved_modules
 from ._deprecation import module_aliases as _module_aliases
-from ._state import Snapshot
-from .centering import Centerer
-from .config import MemoryConfig
+from ._deprecation import moved_module as _moved_module
+from .engine._state import Snapshot
+from .engine.config import MemoryConfig
+from .engine.functional import hopfield  # the modern Hopfield update on your own arrays
+from .engine.memory import AttentionResult, CompressResult, Memory, ScoredRead, Stats, Trace, WriteResult
+from .engine.threads import get_threads, set_threads
 from .errors import (
     AlreadyExists,
     CorruptStore,
@@ -31,12 +35,10 @@ from .errors import (
     StoreError,
     StoreLocked,
 )
-from .functional import hopfield  # the modern Hopfield update on your own arrays
-from .memory import AttentionResult, CompressResult, Memory, ScoredRead, Stats, Trace, WriteResult
-from .recall import RecallGate, RecallHit, RecallResult
 from .store import Collection, Database, DataDir, Document, DocumentHit, open
-from .text import TextCollection
-from .threads import get_threads, set_threads
+from .text.centering import Centerer
+from .text.collection import TextCollection
+from .text.recall import RecallGate, RecallHit, RecallResult
 
 __all__ = [
     "Memory", "MemoryConfig", "hopfield", "Snapshot", "WriteResult", "Trace", "ScoredRead", "AttentionResult",
@@ -50,4 +52,13 @@ __all__ = [
 ]
 
 #: Names deprecated in 0.2 (removed in 0.3), served with a ``DeprecationWarning``.
-__getattr__ = _module_aliases(__name__, {"Hit": ("RecallHit", lambda: RecallHit)})
+_names = _module_aliases(__name__, {"Hit": ("RecallHit", lambda: RecallHit)})
+
+
+def __getattr__(name: str) -> object:
+    """Deprecated names, and the modules moved into :mod:`hopmem.engine` and :mod:`hopmem.text` by their old paths."""
+    module = _moved_module(__name__, name)
+    return module if module is not None else _names(name)
+
+
+_install_moved_modules()  # ``import hopmem.engine.memory`` and the other 0.2 module paths, until 0.3

@@ -6,6 +6,12 @@ so the warnings read alike and one place says when the old names go away.
 
 from __future__ import annotations
 
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import types
 import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -81,3 +87,49 @@ def module_aliases(module: str, aliases: Mapping[str, tuple[str, Callable[[], An
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
 
     return __getattr__
+
+
+#: Modules moved in 0.3 (the layers: :mod:`hopmem.engine`, :mod:`hopmem.text`), by their 0.2 paths.
+MOVED_MODULES: dict[str, str] = {
+    "hopmem.memory": "hopmem.engine.memory",
+    "hopmem.config": "hopmem.engine.config",
+    "hopmem.functional": "hopmem.engine.functional",
+    "hopmem.threads": "hopmem.engine.threads",
+    "hopmem.encoders": "hopmem.text.encoders",
+    "hopmem.onnx_export": "hopmem.text.onnx_export",
+    "hopmem.centering": "hopmem.text.centering",
+    "hopmem.gates": "hopmem.text.gates",
+    "hopmem.recall": "hopmem.text.recall",
+    "hopmem.model_files": "hopmem.text.model_files",
+    "hopmem.resolution": "hopmem.store.resolution",
+    "hopmem.mcp_server": "hopmem.server.mcp",
+}
+
+
+class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves a moved module under its old path (the same module object), with a ``DeprecationWarning``."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in MOVED_MODULES:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        new = MOVED_MODULES[spec.name]
+        warn_deprecated(f"module {spec.name}", new, stacklevel=8)
+        return importlib.import_module(new)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        """The module was executed under its new name."""
+
+
+def install_moved_modules() -> None:
+    """Let ``import hopmem.memory`` (and the other 0.2 paths) keep working until 0.3."""
+    if not any(isinstance(f, _MovedModuleFinder) for f in sys.meta_path):
+        sys.meta_path.append(_MovedModuleFinder())
+
+
+def moved_module(package: str, name: str) -> types.ModuleType | None:
+    """The moved module ``package.name`` for a package's ``__getattr__`` (``hopmem.memory`` as an attribute)."""
+    old = f"{package}.{name}"
+    return importlib.import_module(old) if old in MOVED_MODULES else None

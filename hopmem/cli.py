@@ -89,7 +89,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_mcp(args: argparse.Namespace) -> int:
-    from . import mcp_server  # imports the mcp package only when the server is built
+    from .server import mcp as mcp_server  # imports the mcp package only when the server is built
 
     return mcp_server.main(args)
 
@@ -162,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_import)
 
-    from .mcp_server import add_arguments as add_mcp_arguments
+    from .server.mcp import add_arguments as add_mcp_arguments
 
     p = sub.add_parser("mcp", help="serve an agent memory over the Model Context Protocol (needs hopmem[mcp])",
                        description="Serve the agent memory of one file and namespace as an MCP server, over "

@@ -23,7 +23,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .encoders import Encoder
+    from .text.encoders import Encoder
 
 __all__ = ["main", "load_conversation", "pick_encoder"]
 
@@ -35,7 +35,7 @@ def load_conversation() -> dict[str, Any]:
 
 def pick_encoder(choice: str = "auto") -> tuple[Encoder, str]:
     """``(encoder, a line saying which and why)`` for ``choice`` in auto / minilm / hashing."""
-    from .encoders import EncoderUnavailable, HashingEncoder, default_encoder, encoder_available
+    from .text.encoders import EncoderUnavailable, HashingEncoder, default_encoder, encoder_available
 
     encoder: Encoder
 
@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import hopmem
 
-    from .recall import TEXT_COLLECTION_CONFIG
-    from .text import TextCollection
+    from .text.collection import TextCollection
+    from .text.recall import TEXT_COLLECTION_CONFIG
 
     started = time.perf_counter()
     encoder, which = pick_encoder(args.encoder)

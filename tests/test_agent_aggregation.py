@@ -8,8 +8,8 @@ import pytest
 
 from hopmem.agent import AgentMemory, RecallConfig
 from hopmem.agent.parts import asks_for_several
-from hopmem.encoders import HashingEncoder
 from hopmem.errors import InvalidInput
+from hopmem.text.encoders import HashingEncoder
 
 ENC = HashingEncoder(384)
 

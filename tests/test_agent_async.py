@@ -9,8 +9,8 @@ import time
 import pytest
 
 from hopmem.agent import AgentMemory, AsyncAgentMemory, memory_tools
-from hopmem.encoders import HashingEncoder
 from hopmem.errors import InvalidInput
+from hopmem.text.encoders import HashingEncoder
 
 ENC = HashingEncoder(384)
 

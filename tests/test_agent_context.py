@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from hopmem.agent import AgentMemory, RecallConfig
 from hopmem.agent.ranking import CONTEXT_GAP, CONTEXT_KEEP, context_neighbours, fuse_context
-from hopmem.encoders import HashingEncoder
+from hopmem.text.encoders import HashingEncoder
 
 ENC = HashingEncoder(384)
 

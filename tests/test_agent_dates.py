@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from hopmem.agent import AgentMemory
 from hopmem.agent.temporal import DateMention, resolve_dates
-from hopmem.encoders import HashingEncoder
+from hopmem.text.encoders import HashingEncoder
 
 WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
 MONDAY = dt.datetime(2023, 5, 8, 13, 56, tzinfo=dt.UTC).timestamp()

@@ -166,7 +166,7 @@ def _batch_items(n: int) -> list[dict]:
 def test_remember_many_commits_once_a_batch_and_announces_only_committed_entries(tmp_path):
     from hopmem.agent import AgentMemory
     from hopmem.agent.writes import WRITE_BATCH
-    from hopmem.encoders import HashingEncoder
+    from hopmem.text.encoders import HashingEncoder
 
     path = tmp_path / "batch.db"
     mem = AgentMemory.open(path, encoder=HashingEncoder(256), namespace="team")
@@ -195,7 +195,7 @@ def test_remember_many_commits_once_a_batch_and_announces_only_committed_entries
 def test_a_write_failing_halfway_rolls_back_its_batch_and_the_rows_in_memory(tmp_path):
     from hopmem.agent import AgentMemory
     from hopmem.agent.writes import WRITE_BATCH
-    from hopmem.encoders import HashingEncoder
+    from hopmem.text.encoders import HashingEncoder
 
     path = tmp_path / "halfway.db"
     encoder = HashingEncoder(256)
@@ -219,8 +219,8 @@ def test_a_write_failing_halfway_rolls_back_its_batch_and_the_rows_in_memory(tmp
 def test_remember_many_refusing_an_item_keeps_the_batches_before_it(tmp_path):
     from hopmem.agent import AgentMemory
     from hopmem.agent.writes import WRITE_BATCH
-    from hopmem.encoders import HashingEncoder
     from hopmem.errors import InvalidInput
+    from hopmem.text.encoders import HashingEncoder
 
     path = tmp_path / "refused.db"
     encoder = HashingEncoder(256)

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from hopmem.agent import AgentMemory, RecallConfig
 from hopmem.agent.ranking import CONTEXT_KEEP, named_source, prefer_subject
 from hopmem.agent.temporal import asks_for_date
-from hopmem.encoders import HashingEncoder
 from hopmem.errors import InvalidInput
+from hopmem.text.encoders import HashingEncoder
 
 ENC = HashingEncoder(384)
 

@@ -12,8 +12,8 @@ from hopmem.agent import (
     format_memories,
     inject_memories,
 )
-from hopmem.encoders import HashingEncoder
-from hopmem.gates import calibrate
+from hopmem.text.encoders import HashingEncoder
+from hopmem.text.gates import calibrate
 
 ENC = HashingEncoder(384)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from hopmem.agent import AgentMemory, MissingIdentity, memory_tools
-from hopmem.encoders import HashingEncoder
 from hopmem.errors import NotFound
-from hopmem.gates import calibrate
+from hopmem.text.encoders import HashingEncoder
+from hopmem.text.gates import calibrate
 
 ENC = HashingEncoder(384)
 SECRET = "Session A's deploy token for ticket SEC-9931 is stored in the vault."

@@ -20,9 +20,9 @@ from hopmem.agent import (
 )
 from hopmem.agent import keyword as kw
 from hopmem.agent.temporal import DAY, parse_time_hints
-from hopmem.encoders import HashingEncoder
 from hopmem.errors import IncompatibleStore, InvalidInput, NotFound
-from hopmem.gates import calibrate
+from hopmem.text.encoders import HashingEncoder
+from hopmem.text.gates import calibrate
 
 ENC = HashingEncoder(384)
 

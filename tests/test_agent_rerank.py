@@ -15,8 +15,8 @@ from hopmem.agent import AgentMemory
 from hopmem.agent.encoding import space_centerer
 from hopmem.agent.rerank import FEATURES, LinearReranker, Reranker, design, hit_features, shipped_reranker
 from hopmem.agent.verdict import fit_logistic
-from hopmem.encoders import HashingEncoder
 from hopmem.errors import InvalidInput
+from hopmem.text.encoders import HashingEncoder
 
 ENC = HashingEncoder(384)
 TURNS = [

@@ -26,9 +26,9 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invaria
 
 from hopmem.agent import DEFAULT_MODELS, AgentMemory
 from hopmem.agent.validation import MissingIdentity
-from hopmem.encoders import HashingEncoder
 from hopmem.errors import HopmemError, InvalidInput
-from hopmem.gates import calibrate
+from hopmem.text.encoders import HashingEncoder
+from hopmem.text.gates import calibrate
 
 ENC = HashingEncoder(64)
 SESSIONS = (None, "s1", "s2")

@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hopmem.agent import NOTHING_REMEMBERED, AgentMemory, LabelPolicy, memory_tools
-from hopmem.encoders import HashingEncoder
-from hopmem.gates import calibrate
+from hopmem.text.encoders import HashingEncoder
+from hopmem.text.gates import calibrate
 
 ENC = HashingEncoder(384)
 

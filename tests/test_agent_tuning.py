@@ -11,7 +11,7 @@ import pytest
 
 import hopmem.agent as agent
 from hopmem.agent import AgentMemory, RecallConfig, tuning, verdict
-from hopmem.encoders import HashingEncoder
+from hopmem.text.encoders import HashingEncoder
 
 AGENT = Path(agent.__file__).parent
 

@@ -22,9 +22,9 @@ from hopmem.agent.verdict import (
     fit_model,
     margin,
 )
-from hopmem.encoders import HashingEncoder
 from hopmem.errors import InvalidInput
-from hopmem.gates import auc, calibrate
+from hopmem.text.encoders import HashingEncoder
+from hopmem.text.gates import auc, calibrate
 
 ENC = HashingEncoder(384)
 

@@ -12,7 +12,7 @@ from hopmem.agent.evidence import EVERYDAY_ZIPF, content_share, content_words
 from hopmem.agent.index import Partition
 from hopmem.agent.keyword import STOP_WORDS, stem
 from hopmem.agent.verdict import AGREEMENT_DEPTH, AGREEMENT_TOP, SHARE_DEPTH, VERDICT_FEATURES, ranking_features
-from hopmem.encoders import HashingEncoder
+from hopmem.text.encoders import HashingEncoder
 
 ENC = HashingEncoder(384)
 

@@ -21,7 +21,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import hopmem
-from hopmem import InvalidConfig, Memory, _kernel, _reference
+from hopmem import InvalidConfig, Memory
+from hopmem.engine import _kernel, _reference
 
 
 def clustered(rng: np.random.Generator, n: int, dim: int, centres: int,
@@ -245,7 +246,7 @@ def test_compaction_keeps_the_index_consistent():
 def test_a_plain_write_that_fails_midway_leaves_the_memory_as_it_was(monkeypatch, unit):
     # A plain write only appends rows, so it is undone by cutting them off
     # (State.rewind) instead of restoring a snapshot of every row.
-    from hopmem._state import State
+    from hopmem.engine._state import State
     rng = np.random.default_rng(8)
     X = clustered(rng, 9000, 16, 12, 0.3)
     if unit:

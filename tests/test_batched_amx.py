@@ -1,4 +1,4 @@
-"""Blocked batch reads on AMX bf16 tiles (hopmem/_batched.py, kernels/amx_batch.c).
+"""Blocked batch reads on AMX bf16 tiles (hopmem/engine/_batched.py, kernels/amx_batch.c).
 
 Where the CPU has AMX, a blocked batch computes both products of a tile on
 bf16 tiles: the scores from three bf16 pieces of each float32 operand (six
@@ -23,7 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import assert_batch_agrees_with_single_reads
-from hopmem import Memory, _batched, _kernel
+from hopmem import Memory
+from hopmem.engine import _batched, _kernel
 
 U32 = 2.0 ** -24
 
@@ -80,7 +81,7 @@ def amx_bound(Y: np.ndarray, v: np.ndarray, beta: float, d: int) -> float:
     the address's rounding 2^-24; weights that flush to zero (below 2^-109)
     at most n 2^-109 in all.
     """
-    from hopmem._batched import READ_PRECISION, SCORE_PRECISION, TILE_ROWS
+    from hopmem.engine._batched import READ_PRECISION, SCORE_PRECISION, TILE_ROWS
 
     assert (SCORE_PRECISION, READ_PRECISION) in ((3, 3), (6, 3))
     if SCORE_PRECISION == 6:
@@ -312,7 +313,7 @@ def test_hopmem_amx_0_forces_float32_and_amx_is_the_default_where_the_cpu_has_it
 
 
 def test_the_softmax_tile_entry_points_refuse_bad_arguments_before_any_amx_instruction():
-    from hopmem import _kernel
+    from hopmem.engine import _kernel
 
     S, m = np.zeros((2, 64), np.float32), np.zeros(2)
     A, B, C = np.zeros((2, 32, 32), np.uint16), np.zeros((2, 32 * 32), np.uint16), np.zeros((32, 32), np.float32)

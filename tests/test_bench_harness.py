@@ -50,7 +50,7 @@ def test_the_kernel_ab_runs_a_build_against_itself(capsys):
     # benchmarks/ab_kernel.py imports another build of the kernel beside this
     # one; here the other build is this very file, so every result must agree.
     from benchmarks import ab_kernel
-    from hopmem import _kernel
+    from hopmem.engine import _kernel
 
     ab_kernel.main([_kernel.__file__, "--rounds", "1"])
     out = capsys.readouterr().out

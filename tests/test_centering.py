@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hopmem.centering import Centerer
 from hopmem.errors import InvalidInput
+from hopmem.text.centering import Centerer
 
 
 def data(n: int = 50, d: int = 8, seed: int = 0) -> np.ndarray:

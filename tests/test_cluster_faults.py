@@ -132,7 +132,7 @@ def test_a_retried_write_id_is_applied_once(ray_cluster):
 @pytest.mark.skipif(not WRITE_IDS, reason="the store does not record write ids yet "
                                           "(Collection.write has no write_id=)")
 def test_remember_and_document_deletes_carry_write_ids(ray_cluster):
-    from hopmem.encoders import HashingEncoder
+    from hopmem.text.encoders import HashingEncoder
     enc = HashingEncoder(32)
     db = ray_cluster.create(cluster_db_name("f"), 32, shards=2, encoder=enc)
     coll = db.collection("texts")
@@ -151,7 +151,7 @@ def test_remember_and_document_deletes_carry_write_ids(ray_cluster):
 
 
 def test_agent_remember_is_retried_with_its_write_id(ray_cluster):
-    from hopmem.encoders import HashingEncoder
+    from hopmem.text.encoders import HashingEncoder
     db = ray_cluster.create(cluster_db_name("f"), 64, shards=2)
     remote = db.agent_memory("team", encoder=HashingEncoder(64), clock=lambda: 1_000_000.0)
     first = remote.remember("Production deploys require a database snapshot first.", write_id="a-1")

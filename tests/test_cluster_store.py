@@ -213,7 +213,7 @@ def test_move_a_shard_and_keep_serving(ray_cluster):
 
 
 def test_text_remember_and_recall_run_over_the_cluster(ray_cluster, tmp_path):
-    from hopmem.encoders import HashingEncoder
+    from hopmem.text.encoders import HashingEncoder
     enc = HashingEncoder(64)
     texts = [f"{w} note number {i}" for i in range(5)
              for w in ("the cat sat on the mat", "rain tomorrow", "markets fell", "bread recipe")]
@@ -255,7 +255,7 @@ def test_cli_shard_list_and_move(ray_cluster, capsys):
 
 def test_agent_memory_runs_on_the_namespace_shard(ray_cluster, tmp_path):
     from hopmem.agent import AgentMemory
-    from hopmem.encoders import HashingEncoder
+    from hopmem.text.encoders import HashingEncoder
     enc = HashingEncoder(64)
     facts = ["Ticket PROJ-4417 tracks the duplicate webhook deliveries.",
              "Production deploys require a database snapshot first.",
@@ -296,7 +296,7 @@ def test_agent_memory_runs_on_the_namespace_shard(ray_cluster, tmp_path):
 def test_agent_remember_records_its_write_id(tmp_path):
     """Ray-free: what lets the cluster retry AgentMemory.remember after a host failure."""
     from hopmem.agent import AgentMemory
-    from hopmem.encoders import HashingEncoder
+    from hopmem.text.encoders import HashingEncoder
     enc = HashingEncoder(64)
     path = tmp_path / "agent.db"
     with AgentMemory.open(path, encoder=enc, namespace="team", clock=lambda: 1_000_000.0) as memory:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from conftest import clustered
 from hopmem import Memory
-from hopmem.memory import top_k_cosine, top_k_dot
+from hopmem.engine.memory import top_k_cosine, top_k_dot
 
 
 def twins(dim: int, **config) -> tuple[Memory, Memory]:

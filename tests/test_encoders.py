@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hopmem import encoders
-from hopmem.encoders import (
+from hopmem.errors import HopmemError, InvalidInput
+from hopmem.text import encoders
+from hopmem.text.encoders import (
     PROBE_STRINGS,
     EncoderUnavailable,
     HashingEncoder,
@@ -22,7 +23,6 @@ from hopmem.encoders import (
     encoder_available,
     fingerprint_of,
 )
-from hopmem.errors import HopmemError, InvalidInput
 
 REPO = Path(__file__).resolve().parents[1]
 

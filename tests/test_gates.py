@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hopmem import gates
 from hopmem.errors import InvalidInput
-from hopmem.gates import Bands, Gate, auc, calibrate, roc_curve
+from hopmem.text import gates
+from hopmem.text.gates import Bands, Gate, auc, calibrate, roc_curve
 
 
 def brute_force_auc(relevant, irrelevant) -> float:

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 import hopmem
 from conftest import assert_batch_agrees_with_single_reads
-from hopmem import InvalidInput, Memory, _kernel
+from hopmem import InvalidInput, Memory
+from hopmem.engine import _kernel
 from hopmem.errors import DimensionMismatch
 
 U32 = 2.0 ** -24
@@ -29,7 +30,7 @@ U32 = 2.0 ** -24
 def _float32_batches():
     """Blocked batches here take the float32 BLAS path, whose bound this module holds, whatever
     HOPMEM_AMX says (the AMX path, the default on CPUs that have it: tests/test_batched_amx.py)."""
-    from hopmem import _batched
+    from hopmem.engine import _batched
 
     before = _batched.use_amx(False)
     yield
@@ -251,7 +252,7 @@ def test_plain_row_norms_never_go_stale():
     again = Memory.from_config(mem.config, snap)
     np.testing.assert_array_equal(again._state.norms[: len(again)], norms_now(again))
     np.testing.assert_array_equal(again.read(q, "fast"), before)
-    from hopmem._state import restore_capacity  # adoption takes over spare-capacity arrays
+    from hopmem.engine._state import restore_capacity  # adoption takes over spare-capacity arrays
 
     n = len(snap.ids)
     spare = [np.zeros((restore_capacity(n),) + a.shape[1:], a.dtype) for a in
@@ -355,7 +356,7 @@ def batch_bound(Y: np.ndarray, v: np.ndarray, beta: float, d: int) -> float:
     address rounded) is within (TILE_ROWS + 1) 2^-24 of sum_j p_j |Y_j|;
     normalising at most doubles it; float32 adds 2^-23.
     """
-    from hopmem._batched import TILE_ROWS
+    from hopmem.engine._batched import TILE_ROWS
 
     eps_b = math.expm1(2.0 * beta * (score_error(d) + 3.0 * U32)) + 8.0 * U32
     ymax = float(np.sqrt((Y * Y).sum(axis=1)).max())
@@ -367,7 +368,7 @@ def batch_bound(Y: np.ndarray, v: np.ndarray, beta: float, d: int) -> float:
 
 @st.composite
 def batch_cases(draw):
-    from hopmem._batched import MIN_BATCH, MIN_ROWS
+    from hopmem.engine._batched import MIN_BATCH, MIN_ROWS
 
     n = draw(st.integers(MIN_ROWS, 2600))  # one to three tiles
     d = draw(st.integers(1, 24))
@@ -389,7 +390,7 @@ def batch_cases(draw):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batch_cases(), betas)
 def test_blocked_batch_read_is_within_its_bound_of_a_float64_textbook(case, beta):
-    from hopmem import _batched
+    from hopmem.engine import _batched
 
     X, Q = case
     n, d = X.shape
@@ -411,7 +412,7 @@ def test_blocked_batch_reads_agree_with_single_reads():
     # Not the same bits (BLAS sums in its own order), the same reads: fast
     # within the bound above, iterative (3 steps) as close, the same bits every
     # time and on any number of hopmem threads (BLAS is pinned).
-    from hopmem import _batched
+    from hopmem.engine import _batched
 
     rng = np.random.default_rng(12)
     X = rng.standard_normal((3000, 48)).astype(np.float32)
@@ -426,7 +427,7 @@ def test_batches_the_blocked_path_does_not_serve_are_the_kernels_bits():
     # Below MIN_BATCH queries or MIN_ROWS locations, k < L, competitive
     # memories and merged locations (weight != 1): the kernel, bit-equal to
     # single reads.
-    from hopmem import _batched
+    from hopmem.engine import _batched
 
     rng = np.random.default_rng(13)
     X = rng.standard_normal((600, 16)).astype(np.float32)
@@ -472,7 +473,7 @@ def test_hopfield_is_the_numpy_ten_lines():
 
 
 def test_hopfield_reads_the_callers_array_in_place():
-    from hopmem.functional import _patterns
+    from hopmem.engine.functional import _patterns
 
     X = np.random.default_rng(1).standard_normal((50, 6)).astype(np.float32)
     X.flags.writeable = False  # read, never written

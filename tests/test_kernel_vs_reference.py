@@ -39,8 +39,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from conftest import clustered
-from hopmem import EmptyMemory, Memory, _kernel, _reference
-from hopmem.memory import top_k_dot
+from hopmem import EmptyMemory, Memory
+from hopmem.engine import _kernel, _reference
+from hopmem.engine.memory import top_k_dot
 
 # -- helpers --------------------------------------------------------------------------
 
@@ -634,7 +635,7 @@ def test_tiny_norm_query_activates_lowest_ids():
 def test_the_kernel_half_conversion_is_numpys(values, shape):
     """hopmem._state.to_half (the kernel's vectorised loop) gives NumPy's astype(float16)
     bits: round to nearest even, subnormal halves, overflow to infinity."""
-    from hopmem._state import to_half
+    from hopmem.engine._state import to_half
     x = np.array(values, np.float32)
     x = np.concatenate([x, np.float32([6.1035156e-05, 5.9604645e-08, 2.9802322e-08, 65504.0,
                                        65519.996, 65520.0, -0.0, 1e-30, 3e38])])

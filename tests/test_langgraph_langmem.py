@@ -30,8 +30,8 @@ from langgraph.graph import END, START, MessagesState, StateGraph  # noqa: E402
 from langgraph.prebuilt import ToolNode  # noqa: E402
 from langmem import create_manage_memory_tool, create_search_memory_tool  # noqa: E402
 
-from hopmem.encoders import default_encoder, encoder_available  # noqa: E402
 from hopmem.integrations.langgraph import HopmemStore  # noqa: E402
+from hopmem.text.encoders import default_encoder, encoder_available  # noqa: E402
 
 pytestmark = pytest.mark.model
 

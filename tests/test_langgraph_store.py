@@ -13,9 +13,9 @@ pytest.importorskip("langgraph")
 
 from langgraph.store.base import PutOp, SearchItem, SearchOp  # noqa: E402
 
-from hopmem.encoders import HashingEncoder, default_encoder, encoder_available  # noqa: E402
 from hopmem.errors import InvalidInput  # noqa: E402
 from hopmem.integrations.langgraph import HopmemStore, agent_namespace  # noqa: E402
+from hopmem.text.encoders import HashingEncoder, default_encoder, encoder_available  # noqa: E402
 
 
 class Clock:

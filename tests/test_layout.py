@@ -255,7 +255,7 @@ def test_the_store_depends_one_way():
              for m, deps in graph.items() if m.startswith("hopmem.store.")}
     # low-level SQLite, names and schema; the journal; the open file; the documents view;
     # export/import (needs only the file); the collection; the database; the data dir
-    layers = ["hopmem.store._sqlite", "hopmem.store.names", "hopmem.store.schema",
+    layers = ["hopmem.store.resolution", "hopmem.store._sqlite", "hopmem.store.names", "hopmem.store.schema",
               "hopmem.store.journal", "hopmem.store.dbfile", "hopmem.store.documents",
               "hopmem.store.portable", "hopmem.store.collection", "hopmem.store.database",
               "hopmem.store.datadir"]
@@ -263,3 +263,70 @@ def test_the_store_depends_one_way():
     for i, module in enumerate(layers):
         above = set(layers[i + 1:])
         assert not store[module] & above, f"{module} imports {sorted(store[module] & above)} from above it"
+
+
+#: The package's layers, lowest first: a module imports from its own layer and the layers below.
+#: Layers of one rank do not import each other (the store and the agent memory are siblings);
+#: the base (errors, deprecations) and the top rank (the server, the cluster, the CLI and what sits
+#: beside them) may.
+LAYERS: list[set[str]] = [
+    {"errors", "_deprecation", "_arguments"},   # shared by every layer: errors and deprecations
+    {"engine"},                                  # hopmem.engine: the memory over the kernel
+    {"text"},                                    # hopmem.text: encoders, centring, gates, recall
+    {"store", "agent"},                          # the durable store; the agent memory
+    {"server", "cluster", "cli", "demo", "integrations"},
+]
+TOP = len(LAYERS) - 1
+
+
+def _layer(module: str) -> tuple[int, str] | None:
+    """``(rank, layer)`` of a hopmem module; None for the package itself (the facade re-exports every layer)."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return None
+    for rank, names in enumerate(LAYERS):
+        if parts[1] in names:
+            return rank, parts[1]
+    raise AssertionError(f"{module}: not in any layer of LAYERS: place it")
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    out = []
+    for module, deps in graph.items():
+        here = _layer(module)
+        for dep in deps:
+            there = _layer(dep)
+            if here is None or there is None or here[1] == there[1]:
+                continue
+            if there[0] > here[0] or (there[0] == here[0] and here[0] not in (0, TOP)):
+                out.append(f"{module} (layer {here[1]}) imports {dep} (layer {there[1]})")
+    return sorted(out)
+
+
+def test_the_layers_depend_in_order():
+    """engine <- text <- {store, agent} <- {server, cluster, cli}: no import goes up or sideways."""
+    bad = layer_violations(import_graph())
+    assert not bad, "imports against the layer order:\n  " + "\n  ".join(bad)
+
+
+def test_the_layer_check_catches_a_violation():
+    graph = {"hopmem.engine.memory": {"hopmem.text.gates"}, "hopmem.store.collection": {"hopmem.agent.core"},
+             "hopmem.server.app": {"hopmem.cluster.client", "hopmem.engine.memory"}}
+    assert layer_violations(graph) == [
+        "hopmem.engine.memory (layer engine) imports hopmem.text.gates (layer text)",
+        "hopmem.store.collection (layer store) imports hopmem.agent.core (layer agent)",
+    ]
+
+
+def test_only_the_engine_imports_the_kernel():
+    importers = sorted(m for m, deps in import_graph().items()
+                       if "hopmem.engine._kernel" in deps and m.split(".")[:2] != ["hopmem", "engine"])
+    assert not importers, f"the kernel is the engine's: call hopmem.engine instead in {importers}"
+
+
+def test_the_package_root_holds_few_modules():
+    """The root holds the facade, the errors, the deprecations, the CLI and the demo: the rest sits in its layer."""
+    root = sorted(p.name for p in PACKAGE.iterdir() if p.suffix in (".py", ".pyx"))
+    assert len(root) <= 8, root
+    assert {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()} == {
+        "engine", "text", "store", "agent", "server", "cluster", "integrations"}

@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hopmem import Memory, _kernel
+from hopmem import Memory
+from hopmem.engine import _kernel
 
 
 def index_invariants(mem: Memory) -> None:

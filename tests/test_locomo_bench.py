@@ -113,7 +113,7 @@ def test_run_with_a_refitted_verdict(tmp_path: Path) -> None:
 
 def test_split_encoder_sends_stored_texts_one_way_and_the_rest_the_other() -> None:
     from benchmarks.locomo.cache import CachedEncoder, SplitEncoder
-    from hopmem.encoders import HashingEncoder
+    from hopmem.text.encoders import HashingEncoder
 
     split = SplitEncoder(CachedEncoder("a", lambda: HashingEncoder(64, seed=1), None),
                          CachedEncoder("b", lambda: HashingEncoder(64, seed=2), None))
@@ -138,7 +138,7 @@ def test_fit_reranker_on_tiny_fixture(tmp_path: Path) -> None:
     from hopmem.agent import AgentMemory
     from hopmem.agent.encoding import space_centerer
     from hopmem.agent.rerank import LinearReranker, shipped_reranker
-    from hopmem.encoders import HashingEncoder
+    from hopmem.text.encoders import HashingEncoder
 
     out_json = tmp_path / "fit.json"
     out = fit_reranker.main([str(FIXTURE), "--encoder", "hashing", "--depth", "8", "--sets", "dev", "--write",

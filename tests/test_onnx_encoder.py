@@ -20,10 +20,11 @@ import numpy as np
 import pytest
 
 import hopmem
-from hopmem import encoders, onnx_export
 from hopmem.agent import AgentMemory
 from hopmem.agent.encoding import CENTERING_DIR
-from hopmem.encoders import (
+from hopmem.errors import IncompatibleStore, InvalidInput
+from hopmem.text import encoders, onnx_export
+from hopmem.text.encoders import (
     LEGACY_MINILM_FINGERPRINTS,
     RETIRED_MINILM_INT8_FINGERPRINT,
     EncoderUnavailable,
@@ -34,7 +35,6 @@ from hopmem.encoders import (
     matching_encoder_hint,
     model_fingerprint,
 )
-from hopmem.errors import IncompatibleStore, InvalidInput
 
 #: The fingerprints of the built-in MiniLM encoders. Pinned: stores record them and a centring mean is
 #: shipped for each; a change here is an on-disk format change.

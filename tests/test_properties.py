@@ -342,7 +342,7 @@ def test_a_batch_write_is_the_same_vectors_written_one_at_a_time(plan, overrides
 def test_large_memories_write_in_large_blocks_and_stay_bit_equal(overrides):
     # Past 8 MB of addresses the kernel scores writes 64 at a time (the matrix
     # no longer fits in cache): the state must still be that of single writes.
-    from hopmem._state import Snapshot
+    from hopmem.engine._state import Snapshot
 
     rng = np.random.default_rng(7)
     d, L = 1024, 2200  # 9 MB of float32 addresses

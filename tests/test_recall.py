@@ -12,10 +12,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import hopmem
-from hopmem import gates
 from hopmem.errors import InvalidInput
-from hopmem.gates import Bands
-from hopmem.recall import (
+from hopmem.text import gates
+from hopmem.text.gates import Bands
+from hopmem.text.recall import (
     DEFAULT_BETA,
     DEFAULT_MODE,
     FUSIONS,

@@ -19,7 +19,7 @@ from hopmem.agent.evidence import Evidence
 from hopmem.agent.index import Partition, Row
 from hopmem.agent.temporal import TimeHints
 from hopmem.agent.verdict import Verdict, VerdictModel
-from hopmem.gates import Bands, Gate
+from hopmem.text.gates import Bands, Gate
 
 DIM = 8
 CFG = RecallConfig()

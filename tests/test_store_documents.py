@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import hopmem
 from conftest import clustered
 from hopmem import InvalidInput, NotFound
-from hopmem.resolution import PostingIndex, VectorIndex
+from hopmem.store.resolution import PostingIndex, VectorIndex
 
 
 def unit(v):
@@ -282,7 +282,7 @@ def test_posting_index_build_equals_incremental(docs, merges):
 
 @pytest.mark.parametrize("top", [1, 300, 70_000, 2**33])
 def test_radix_argsort_of_ids_is_a_stable_argsort(top):
-    from hopmem.resolution import _argsort_ids
+    from hopmem.store.resolution import _argsort_ids
 
     x = np.random.default_rng(top).integers(0, top, 5000)
     assert np.array_equal(_argsort_ids(x), np.argsort(x, kind="stable"))

@@ -282,7 +282,7 @@ def test_a_checkpoint_in_many_parts_reopens_bit_exact_and_takes_over_its_arrays(
 
 
 def test_a_loaded_checkpoint_is_adopted_and_any_other_snapshot_copied(tmp_path, monkeypatch):
-    from hopmem._state import State
+    from hopmem.engine._state import State
     from hopmem.store import journal
     path = str(tmp_path / "a.hopmem")
     snap, _ = multi_part_db(path, monkeypatch)

@@ -23,9 +23,9 @@ import pytest
 import hopmem
 from crash_support import run_and_kill
 from hopmem import InvalidInput, Memory, StoreError
-from hopmem.encoders import HashingEncoder
 from hopmem.store import collection as collection_module
 from hopmem.store import schema
+from hopmem.text.encoders import HashingEncoder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WRITER = os.path.join(ROOT, "tests", "fixtures", "store_crash_writer.py")

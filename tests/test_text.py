@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 import hopmem
-from hopmem.centering import Centerer
-from hopmem.encoders import HashingEncoder
 from hopmem.errors import IncompatibleStore, InvalidInput
-from hopmem.recall import TEXT_COLLECTION_CONFIG, RecallGate
 from hopmem.text import CENTERING_FORMAT, MIN_FIT, PreparedVectors, TextCollection
+from hopmem.text.centering import Centerer
+from hopmem.text.encoders import HashingEncoder
+from hopmem.text.recall import TEXT_COLLECTION_CONFIG, RecallGate
 
 D = 384
 ENC = HashingEncoder(D)

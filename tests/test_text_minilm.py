@@ -28,9 +28,9 @@ import numpy as np
 import pytest
 
 import hopmem
-from hopmem import gates
-from hopmem.recall import FUSIONS, TEXT_COLLECTION_CONFIG, fuse, question_statistics
-from hopmem.text import PreparedVectors, TextCollection, _CollectionSource
+from hopmem.text import gates
+from hopmem.text.collection import PreparedVectors, TextCollection, _CollectionSource
+from hopmem.text.recall import FUSIONS, TEXT_COLLECTION_CONFIG, fuse, question_statistics
 
 pytestmark = pytest.mark.model
 
@@ -74,7 +74,7 @@ class CachedEncoder:
 
 
 def load_encoder() -> CachedEncoder:
-    from hopmem.encoders import SentenceTransformerEncoder
+    from hopmem.text.encoders import SentenceTransformerEncoder
 
     encoder = CachedEncoder(SentenceTransformerEncoder())
     encoder.encode(STATEMENTS + RELATED + UNRELATED)  # one batched pass
@@ -270,7 +270,7 @@ def test_a_recall_reads_well(tc):
 
 def centering_sample_table(encoder, sizes=(2, 4, 8, 16, 32, 48), repeats=10) -> list[tuple]:
     """Question-NN top-1 and max-cosine AUC when the mean is learned from m statements."""
-    from hopmem.centering import Centerer
+    from hopmem.text.centering import Centerer
 
     rng = np.random.default_rng(0)
     S, R, U = (encoder.encode(t) for t in (STATEMENTS, RELATED, UNRELATED))
@@ -292,7 +292,7 @@ def main(argv: list[str]) -> None:  # pragma: no cover - a report, run by hand
     import time
 
     if "--hashing" in argv:
-        from hopmem.encoders import HashingEncoder
+        from hopmem.text.encoders import HashingEncoder
 
         encoder = CachedEncoder(HashingEncoder(384))
     else:

@@ -25,8 +25,9 @@ from hypothesis import strategies as st
 
 import hopmem
 from conftest import clustered
-from hopmem import InvalidInput, Memory, _kernel
-from hopmem.threads import default_threads
+from hopmem import InvalidInput, Memory
+from hopmem.engine import _kernel
+from hopmem.engine.threads import default_threads
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -12,8 +12,8 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hopmem import _kernel
-from hopmem.memory import top_k_dot
+from hopmem.engine import _kernel
+from hopmem.engine.memory import top_k_dot
 
 
 def numpy_top_k(scores: np.ndarray, k: int) -> np.ndarray:

@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 
 import hopmem
-from hopmem import config, encoders, recall, resolution
-from hopmem.encoders import HashingEncoder
-from hopmem.recall import TEXT_COLLECTION_CONFIG, RecallHit, calibrate_gate, recall_vector
-from hopmem.text import TextCollection
+from hopmem.engine import config
+from hopmem.store import resolution
+from hopmem.text import TextCollection, encoders, recall
+from hopmem.text.encoders import HashingEncoder
+from hopmem.text.recall import TEXT_COLLECTION_CONFIG, RecallHit, calibrate_gate, recall_vector
 
 D = 128
 ENC = HashingEncoder(D)

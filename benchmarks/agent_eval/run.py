@@ -80,7 +80,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.agent_eval.scoring import CATEGORIES, RETRIEVERS, bootstrap_f1, bootstrap_gap, mean_tables, score
-from hopmem.encoders import encoder_dim
+from hopmem.text.encoders import encoder_dim
 
 #: Where the conversations and their labels are.
 DATA_DIR = Path(__file__).resolve().parents[1] / "data" / "agent_eval"
@@ -165,7 +165,7 @@ def pooled(sets: list[dict[str, Any]], names: list[str]) -> dict[str, Any]:
 
 
 def make_encoder(name: str) -> Any:
-    from hopmem.encoders import HashingEncoder, SentenceTransformerEncoder, default_encoder
+    from hopmem.text.encoders import HashingEncoder, SentenceTransformerEncoder, default_encoder
 
     if name == "minilm":
         return SentenceTransformerEncoder()
@@ -329,7 +329,7 @@ def latency(encoder: CachedEncoder, data: dict[str, Any], n_entries: int, repeat
                     sel = mem.recall(q, mode=mode, record=True)
                     samples.append(sel.timings["total_ms"] - sel.timings["encode_ms"])
             out[mode] = {"median_ms": statistics.median(samples), "p95_ms": float(np.percentile(samples, 95))}
-        from hopmem.memory import top_k_dot
+        from hopmem.engine.memory import top_k_dot
         samples = []
         for _ in range(repeats):
             for q in questions:

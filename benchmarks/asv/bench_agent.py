@@ -22,7 +22,7 @@ _BLAS_LIMITS = threadpool_limits(limits=1)
 
 from benchmarks.agent_eval.run import filler_texts  # noqa: E402
 from hopmem.agent import AgentMemory  # noqa: E402
-from hopmem.encoders import HashingEncoder  # noqa: E402
+from hopmem.text.encoders import HashingEncoder  # noqa: E402
 
 ENCODER = HashingEncoder(384)
 SIZES = [1000, 10000]

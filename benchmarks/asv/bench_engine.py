@@ -200,7 +200,7 @@ class Rewinder:
         ids = {int(i) for t in result.touched for i in t}
         rows = np.array(sorted(self.row_of[i] for i in ids if i in self.row_of), dtype=np.int64)
         state.addresses[rows] = snap.addresses[rows]
-        if state.held_counters is not None:  # else implied by the addresses (hopmem._state)
+        if state.held_counters is not None:  # else implied by the addresses (hopmem.engine._state)
             state.held_counters[rows] = snap.counters[rows]
         state.weights[rows] = snap.weights[rows]
         if state.addresses16 is not None:
@@ -211,13 +211,13 @@ class Rewinder:
                 array[n:state.size] = 0
         state.size = n
         if state.norms is not None and rows.size:  # a plain memory's row norms: derived
-            from hopmem import _kernel
+            from hopmem.engine import _kernel
             _kernel.sync_norms(state)
         state.eta, state.writes = float(snap.eta), int(snap.writes)
         state.next_id, state.rng = int(snap.next_id), int(snap.rng) & (2**64 - 1)
         if self.mem.backend == "native":
             # the rows' groups stand (radii only grow); the created rows leave the lists
-            from hopmem import _kernel
+            from hopmem.engine import _kernel
             _kernel.refresh_index(state)
 
     def matches_snapshot(self) -> bool:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 import hopmem
-from hopmem import Memory, _batched
+from hopmem import Memory
+from hopmem.engine import _batched
 
 D = 384
 BETA = 10.0

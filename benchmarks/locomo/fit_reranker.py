@@ -236,7 +236,7 @@ def report(result: dict[str, Any]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from hopmem.agent.rerank import RERANK_DIR, LinearReranker
-    from hopmem.encoders import default_encoder
+    from hopmem.text.encoders import default_encoder
 
     p = argparse.ArgumentParser(prog="python -m benchmarks.locomo.fit_reranker", description=__doc__.split("\n")[0])
     p.add_argument("data", metavar="LOCOMO_DATA_DIR")

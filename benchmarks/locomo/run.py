@@ -209,7 +209,7 @@ def verdict_from(path: str | None) -> Iterator[dict[str, Any]]:
     from dataclasses import replace
 
     from hopmem.agent import verdict
-    from hopmem.gates import Bands
+    from hopmem.text.gates import Bands
 
     if path is None:
         yield {"source": "library defaults"}

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..gates import Gate
+from ..text.gates import Gate
 from ._stages import (
     add_context,
     admit,

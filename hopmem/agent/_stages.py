@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..gates import Gate
+from ..text.gates import Gate
 from . import ranking
 from ._table import CandidateTable, Query, Scope
 from .candidates import Candidates, gather

@@ -5,7 +5,7 @@ For each mode, queries the memory can answer (``related``) and cannot
 :class:`~hopmem.agent.verdict.VerdictModel` is fitted on their verdict
 features and the verdict gate on the model's log-odds. The band gate
 is fitted on the best hit's evidence. Each gate admits at most
-``error_budget`` of the unrelated queries (:func:`hopmem.gates.calibrate`);
+``error_budget`` of the unrelated queries (:func:`hopmem.text.gates.calibrate`);
 the verdict gate also admits at least ``min_coverage`` of the related ones
 (default :data:`DEFAULT_MIN_COVERAGE`), which wins where the two conflict.
 Queries decided without the gate (an exact rare token or a time window
@@ -23,8 +23,8 @@ import numpy as np
 
 from .._deprecation import rename_keywords
 from ..errors import InvalidInput
-from ..gates import Gate, auc
-from ..gates import calibrate as calibrate_scores
+from ..text.gates import Gate, auc
+from ..text.gates import calibrate as calibrate_scores
 from .config import RECALL_MODES
 from .recall import RecallMixin
 from .results import Selection
@@ -49,7 +49,7 @@ NO_CANDIDATES = {"grounding": -1.0, "model": -1000.0}
 
 
 def _split(items: list, fraction: float, rng: np.random.Generator) -> tuple[list, list]:
-    """``(fitting, held_out)`` as :func:`hopmem.gates.calibrate` splits: shuffled, ``round(n * fraction)``
+    """``(fitting, held_out)`` as :func:`hopmem.text.gates.calibrate` splits: shuffled, ``round(n * fraction)``
     held out (at least one, leaving at least one) when ``fraction > 0``."""
     order = rng.permutation(len(items))
     held = 0
@@ -102,7 +102,7 @@ class CalibrationMixin(RecallMixin):
         queries it does not; neither should be queries you will evaluate on.
         For each mode, a logistic :class:`~hopmem.agent.verdict.VerdictModel`
         is fitted on the queries' verdict features (on the fitting part); then
-        two gates are fitted with :func:`hopmem.gates.calibrate` (at most
+        two gates are fitted with :func:`hopmem.text.gates.calibrate` (at most
         ``error_budget`` of the unrelated queries pass, on the fitting part,
         and for the verdict gate at least ``min_coverage`` of the related ones,
         which wins where the two conflict: a verdict that cannot separate the
@@ -117,7 +117,7 @@ class CalibrationMixin(RecallMixin):
         measure the gates. Gates and models are stored in the file and used by
         every later recall of this namespace. Returns the verdict gates.
 
-        The defaults differ from :func:`hopmem.gates.calibrate`'s
+        The defaults differ from :func:`hopmem.text.gates.calibrate`'s
         (``error_budget=0.0``, ``holdout=0.3``) on purpose. The verdict gate
         is fitted on out-of-fold log-odds: each query is scored by a model
         fitted without it, so the gate's figures already estimate new
@@ -187,7 +187,7 @@ class CalibrationMixin(RecallMixin):
         gate = calibrate_scores(rel_fit_scores, unrel_fit_scores, error_budget=error_budget, min_coverage=min_coverage,
                                 holdout=0.0, seed=seed, writes=n, locations=n)
         if rel_held and unrel_held:
-            # as hopmem.gates.calibrate reports them: counts and AUC over every score, figures held out
+            # as hopmem.text.gates.calibrate reports them: counts and AUC over every score, figures held out
             rel_held_scores, unrel_held_scores = log_odds(rel_held), log_odds(unrel_held)
             gate = replace(gate, n_relevant=len(rel), n_irrelevant=len(unrel),
                            auc=auc(np.concatenate([rel_fit_scores, rel_held_scores]),

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..memory import Trace
+from ..engine.memory import Trace
 from . import keyword as kw
 from .config import RecallConfig
 from .evidence import SELECTIVE_MIN_ENTRIES

@@ -48,7 +48,7 @@ class RecallConfig:
     vectors, ``r`` the engine's reconstruction, ``f = cos(q, r)``):
 
     * ``semantic = cos(q, e)``; ``associative = max(f, 0) * cos(r, e)``;
-      ``path = max(semantic, associative)`` (as in :mod:`hopmem.recall`);
+      ``path = max(semantic, associative)`` (as in :mod:`hopmem.text.recall`);
     * ``keyword = b / (b + bm25_half)`` with ``b`` the entry's BM25 score for
       the query's words (always-positive IDF, see :func:`hopmem.agent.evidence.lexical_scorer`);
     * hybrid ``evidence = path + keyword_weight * keyword``; associative mode

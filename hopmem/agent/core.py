@@ -24,10 +24,10 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..centering import Centerer
-from ..encoders import Encoder, encoder_dim
 from ..errors import IncompatibleStore, InvalidInput, NotFound
-from ..gates import Gate
+from ..text.centering import Centerer
+from ..text.encoders import Encoder, encoder_dim
+from ..text.gates import Gate
 from . import english
 from . import keyword as kw
 from ._recaller import Recaller, RecallView

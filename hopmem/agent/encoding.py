@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from ..centering import Centerer
-from ..encoders import Encoder, encoder_dim
 from ..errors import InvalidInput
+from ..text.centering import Centerer
+from ..text.encoders import Encoder, encoder_dim
 
 logger = logging.getLogger(__name__)
 

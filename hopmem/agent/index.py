@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..memory import Memory
+from ..engine.memory import Memory
 from . import keyword as kw
 
 __all__ = ["Row", "Partition", "value_tokens", "SOURCE_KEYS", "source_of"]

@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from ..centering import Centerer
-from ..encoders import Encoder
 from ..errors import InvalidInput, NotFound
+from ..text.centering import Centerer
+from ..text.encoders import Encoder
 from .core import MemoryCore
 from .encoding import encode_batches, encoder_record, is_encoder, space_centerer
 from .results import Entry

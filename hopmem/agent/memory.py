@@ -61,9 +61,9 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal
 
 from .._deprecation import module_aliases
-from ..centering import Centerer
-from ..encoders import Encoder
 from ..errors import InvalidInput
+from ..text.centering import Centerer
+from ..text.encoders import Encoder
 from .calibration import CalibrationMixin
 from .config import DEFAULT_RRF_WEIGHTS, DEFAULT_UPDATE_CUES, DURABILITIES, RECALL_MODES, RecallConfig  # noqa: F401 (importable from here)
 from .events import EVENT_TYPES, MemoryEvent

@@ -20,7 +20,7 @@ import functools
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
-from ..gates import Gate
+from ..text.gates import Gate
 from . import keyword as kw
 from .candidates import Candidates
 from .config import RecallConfig

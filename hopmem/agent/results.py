@@ -106,7 +106,7 @@ class MemoryHit:
     a turn stored on 8 May 2023 saying "I went to the support group
     yesterday" carries ``DateMention("yesterday", "2023-05-07")``.
 
-    Named apart from the hits of a text collection's recall (:mod:`hopmem.recall`); ``Hit`` is its
+    Named apart from the hits of a text collection's recall (:mod:`hopmem.text.recall`); ``Hit`` is its
     deprecated name.
     """
 

@@ -129,7 +129,7 @@ def recorded_encoder(path: str | os.PathLike[str]) -> dict[str, Any] | None:
 
     None when the file does not exist, is not an agent memory, or records no
     encoder yet. Lets a program reopen a file with the encoder it was written
-    with (:func:`hopmem.encoders.builtin_encoder` of the name).
+    with (:func:`hopmem.text.encoders.builtin_encoder` of the name).
     """
     if not os.path.isfile(path):
         return None

@@ -1,6 +1,6 @@
 """The verdict of a recall (is anything relevant remembered?) and which candidates it admits.
 
-Two questions, two gates (:class:`hopmem.gates.Gate`):
+Two questions, two gates (:class:`hopmem.text.gates.Gate`):
 
 1. **The verdict** compares one statistic with the verdict gate's ``tau``: the
    log-odds of a small logistic model (:class:`VerdictModel`) over the mode's
@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import InvalidInput
-from ..gates import Bands, Gate
+from ..text.gates import Bands, Gate
 from .config import RecallConfig
 from .evidence import Evidence, content_share
 from .index import Partition, Row

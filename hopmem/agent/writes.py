@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from ..engine.memory import top_k_dot
 from ..errors import InvalidInput, NotFound
-from ..memory import top_k_dot
 from . import keyword as kw
 from .config import DURABILITIES
 from .core import MemoryCore

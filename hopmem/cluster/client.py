@@ -36,13 +36,13 @@ from typing import Any, Protocol
 import numpy as np
 
 from .._deprecation import positional_to_keywords, rename_keywords
-from ..config import MemoryConfig
+from ..engine.config import MemoryConfig
 from ..errors import IncompatibleStore, InvalidInput, NotFound, NotSupported, StoreError
-from ..recall import RecallGate, RecallResult
 from ..store import EncoderInfo
 from ..store.datadir import open_or_create
 from ..store.documents import Document, DocumentHit, Documents
 from ..store.names import COLLECTION_NAME_MAX, check_collection_name, check_database_name
+from ..text.recall import RecallGate, RecallResult
 from .partitions import PartitionedCollection
 from .placement import stable_shard
 from .replication import mutates
@@ -950,7 +950,7 @@ class ClusterCollection:
                     f"collection {self._name!r} of {self._db.path}: remember, recall and calibrate "
                     f"need the database opened with an encoder, e.g. "
                     f"cluster.get(name, encoder=HashingEncoder({self.dim}))")
-            from ..text import TextCollection
+            from ..text.collection import TextCollection
             self._text = TextCollection(self, encoder)
         return self._text
 

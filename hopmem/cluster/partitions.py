@@ -72,11 +72,11 @@ from typing import Any, NoReturn, Protocol
 
 import numpy as np
 
+from ..engine.memory import as_vectors
 from ..errors import InvalidInput, NotFound, NotSupported
-from ..memory import as_vectors
-from ..resolution import ResolveMode, check_limit, check_mode
 from ..store.collection import CollectionStats, check_write_id, encode_metadata
 from ..store.documents import Document, DocumentHit, Documents
+from ..store.resolution import ResolveMode, check_limit, check_mode
 from .placement import stable_hash, stable_shard
 
 __all__ = [

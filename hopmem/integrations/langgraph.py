@@ -67,7 +67,7 @@ except ImportError as exc:  # pragma: no cover - the extra is missing
 
 from ..agent import AgentMemory, RecallConfig
 from ..agent.store import AgentStore, recorded_encoder
-from ..encoders import Encoder, builtin_encoder, default_encoder, encoder_dim
+from ..text.encoders import Encoder, builtin_encoder, default_encoder, encoder_dim
 from .items import ItemRow, ItemTable, matches, ns_text, ns_tuple
 
 __all__ = ["HopmemStore", "RECALL_DEPTH", "agent_namespace"]
@@ -127,7 +127,7 @@ class HopmemStore(BaseStore):
         index : LangGraph ``IndexConfig`` or None
             ``{"fields": [...]}``: the value paths whose text is indexed for query search (LangGraph's
             path syntax; default ``["$"]``, the whole value as JSON). ``embed`` may be a hopmem
-            :class:`~hopmem.encoders.Encoder`; ``dims``, if given, must be its dimension. None: nothing is
+            :class:`~hopmem.text.encoders.Encoder`; ``dims``, if given, must be its dimension. None: nothing is
             indexed and a query is ignored, as in LangGraph's stores.
         encoder : Encoder, optional
             The text encoder, when ``index`` is given: by default the one the file was written with, or

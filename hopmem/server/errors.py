@@ -13,7 +13,6 @@ import logging
 import orjson
 from starlette.responses import Response
 
-from hopmem.encoders import EncoderUnavailable
 from hopmem.errors import (
     AlreadyExists,
     DimensionMismatch,
@@ -24,6 +23,7 @@ from hopmem.errors import (
     NotFound,
     StoreError,
 )
+from hopmem.text.encoders import EncoderUnavailable
 
 __all__ = ["HTTPError", "error_response", "status_and_message", "json_response"]
 

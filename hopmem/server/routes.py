@@ -23,7 +23,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from hopmem.config import MemoryConfig
+from hopmem.engine.config import MemoryConfig
 from hopmem.store import CollectionStats, Document, DocumentHit
 
 from . import models as m

@@ -15,9 +15,9 @@ import functools
 import threading
 from typing import Any
 
-from hopmem.encoders import Encoder
 from hopmem.errors import IncompatibleStore, InvalidInput
 from hopmem.store import EncoderInfo
+from hopmem.text.encoders import Encoder
 
 from . import models as m
 from .errors import HTTPError
@@ -36,10 +36,10 @@ def make_encoder(choice: str, dim: int) -> Encoder:
     """The encoder named ``choice`` for vectors of length ``dim``.
 
     "hashing" is ``HashingEncoder(dim)``; "minilm" is all-MiniLM-L6-v2 through
-    :func:`hopmem.encoders.default_encoder` (ONNX Runtime where installed,
+    :func:`hopmem.text.encoders.default_encoder` (ONNX Runtime where installed,
     else torch).
     """
-    from hopmem import encoders
+    from hopmem.text import encoders
 
     if choice == "hashing":
         return encoders.HashingEncoder(dim)
@@ -59,7 +59,7 @@ def make_encoder(choice: str, dim: int) -> Encoder:
 
 def encoder_for(db_name: str, info: EncoderInfo | None) -> Encoder:
     """An encoder object matching a database's recorded encoder (name and fingerprint)."""
-    from hopmem import encoders
+    from hopmem.text import encoders
 
     if info is None:
         raise HTTPError(400, f"database {db_name!r} has no encoder: the text routes (remember, "
@@ -105,7 +105,7 @@ async def _text_collection(h: Any, ctx: Any, *, create: bool) -> tuple[str, Any]
     coll = await state.collection(handle, name, create=create)
 
     def build() -> Any:
-        from hopmem.text import TextCollection
+        from hopmem.text.collection import TextCollection
         return TextCollection(coll, encoder_for(ctx.db, info))
 
     tc = await state.run_to_end(build)

@@ -2,7 +2,7 @@
 
 Nothing to start: one file per database (``hopmem.open``), or a directory of
 named databases (``hopmem.DataDir``). Each collection is a
-:class:`~hopmem.memory.Memory` whose writes are journaled and committed before
+:class:`~hopmem.engine.memory.Memory` whose writes are journaled and committed before
 they return, plus the documents written with metadata and their index.
 
 Modules

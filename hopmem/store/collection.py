@@ -1,4 +1,4 @@
-"""A durable collection: a :class:`~hopmem.memory.Memory` whose writes are journaled.
+"""A durable collection: a :class:`~hopmem.engine.memory.Memory` whose writes are journaled.
 
 Everything a ``Memory`` offers is here (reads delegate to the in-memory memory
 and never touch the disk), plus documents and resolution. ``write`` returns only
@@ -24,11 +24,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from .._deprecation import positional_to_keywords, rename_keywords
-from .._kernel import posting_lists
-from .._state import Snapshot
-from ..config import MemoryConfig
-from ..errors import InvalidInput, NotFound, StoreError
-from ..memory import (
+from ..engine import posting_lists
+from ..engine._state import Snapshot
+from ..engine.config import MemoryConfig
+from ..engine.memory import (
     AttentionResult,
     CompressResult,
     Memory,
@@ -39,8 +38,14 @@ from ..memory import (
     WriteResult,
     as_vectors,
 )
-from ..recall import RecallGate, RecallResult
-from ..resolution import (
+from ..errors import InvalidInput, NotFound, StoreError
+from ..text.collection import TextCollection
+from ..text.recall import RecallGate, RecallResult
+from . import journal, portable
+from ._sqlite import map_errors
+from .dbfile import DatabaseFile, EncoderInfo
+from .documents import Document, DocumentHit, Documents
+from .resolution import (
     PostingIndex,
     ResolveMode,
     VectorIndex,
@@ -49,11 +54,6 @@ from ..resolution import (
     resolve_exact,
     resolve_indexed,
 )
-from ..text import TextCollection
-from . import journal, portable
-from ._sqlite import map_errors
-from .dbfile import DatabaseFile, EncoderInfo
-from .documents import Document, DocumentHit, Documents
 from .schema import KIND_COMPRESS, KIND_DELETE, KIND_WRITE
 
 __all__ = ["Collection", "StoredWriteResult", "CollectionStats", "DatabaseView",
@@ -81,7 +81,7 @@ _READ_BW = 1e9      # bytes/s assumed for reading journal entries back
 
 @dataclass(frozen=True)
 class StoredWriteResult(WriteResult):
-    """A :class:`~hopmem.memory.WriteResult` that is on disk.
+    """A :class:`~hopmem.engine.memory.WriteResult` that is on disk.
 
     ``ids`` are the new documents' ids, in input order (``None`` for a write
     without metadata: such a write creates no document). ``seq`` is the
@@ -94,7 +94,7 @@ class StoredWriteResult(WriteResult):
 
 @dataclass(frozen=True)
 class CollectionStats(Stats):
-    """The memory's :class:`~hopmem.memory.Stats` plus the number of live documents."""
+    """The memory's :class:`~hopmem.engine.memory.Stats` plus the number of live documents."""
 
     documents: int = 0
 
@@ -243,7 +243,7 @@ class Collection:
     **A write without metadata creates no document**: it shapes the memory,
     but no query or resolution can return it.
 
-    Unlike a :class:`~hopmem.memory.Memory` a collection has no ``restore``:
+    Unlike a :class:`~hopmem.engine.memory.Memory` a collection has no ``restore``:
     its state is its journal. Write vectors, or import an exported collection
     (:meth:`Database.import_collection`), instead.
     """
@@ -335,24 +335,24 @@ class Collection:
     # -- reads: the memory's API ------------------------------------------------------------------
 
     def read(self, query: Any, strategy: Strategy = "iterative") -> np.ndarray:
-        """See :meth:`Memory.read <hopmem.memory.Memory.read>`."""
+        """See :meth:`Memory.read <hopmem.engine.memory.Memory.read>`."""
         return self._check_usable().read(query, strategy)
 
     def analyze(self, query: Any, strategy: Strategy = "iterative") -> Trace | list[Trace]:
-        """See :meth:`Memory.analyze <hopmem.memory.Memory.analyze>`."""
+        """See :meth:`Memory.analyze <hopmem.engine.memory.Memory.analyze>`."""
         return self._check_usable().analyze(query, strategy)
 
     def read_scored(self, query: Any,
                     strategy: Strategy = "iterative") -> ScoredRead | list[ScoredRead]:
-        """See :meth:`Memory.read_scored <hopmem.memory.Memory.read_scored>`."""
+        """See :meth:`Memory.read_scored <hopmem.engine.memory.Memory.read_scored>`."""
         return self._check_usable().read_scored(query, strategy)
 
     def attention(self, query: Any, scale: float) -> AttentionResult:
-        """See :meth:`Memory.attention <hopmem.memory.Memory.attention>`."""
+        """See :meth:`Memory.attention <hopmem.engine.memory.Memory.attention>`."""
         return self._check_usable().attention(query, scale)
 
     def fingerprint(self) -> np.ndarray | None:
-        """See :meth:`Memory.fingerprint <hopmem.memory.Memory.fingerprint>`."""
+        """See :meth:`Memory.fingerprint <hopmem.engine.memory.Memory.fingerprint>`."""
         return self._check_usable().fingerprint()
 
     def stats(self) -> CollectionStats:
@@ -584,7 +584,7 @@ class Collection:
     def _recover_locked(self, seq: int) -> bool:
         """Rebuild the memory from disk in place; True if entry ``seq`` is on disk.
 
-        The caller holds ``_wlock`` and the memory's :meth:`~hopmem.memory.Memory.exclusive` lock.
+        The caller holds ``_wlock`` and the memory's :meth:`~hopmem.engine.memory.Memory.exclusive` lock.
         """
         where = self._where()
         try:
@@ -612,7 +612,7 @@ class Collection:
 
     def compress(self, max_locations: int | None = None, *,
                  write_id: str | None = None) -> CompressResult:
-        """See :meth:`Memory.compress <hopmem.memory.Memory.compress>`; journaled and committed.
+        """See :meth:`Memory.compress <hopmem.engine.memory.Memory.compress>`; journaled and committed.
 
         Postings of merged locations are redirected to the survivors in the
         same transaction, so documents stay findable in indexed mode.
@@ -911,7 +911,7 @@ class Collection:
         return self._text().remember(texts, metadata, write_id=write_id)
 
     def recall(self, text: str, limit: int = 5, **options: Any) -> RecallResult:
-        """A :class:`hopmem.recall.RecallResult` for ``text``; abstention is a value.
+        """A :class:`hopmem.text.recall.RecallResult` for ``text``; abstention is a value.
 
         At most ``limit`` hits; ``options`` go to
         :meth:`hopmem.text.TextCollection.recall`. ``n=`` is a deprecated name

@@ -76,9 +76,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..config import MemoryConfig
+from ..engine.config import MemoryConfig
+from ..engine.memory import Memory
 from ..errors import AlreadyExists, CorruptStore, IncompatibleStore, NotFound
-from ..memory import Memory
 from . import journal, portable
 from ._sqlite import map_errors
 from .collection import Collection
@@ -116,7 +116,7 @@ class Database:
         may have to replay (more checkpoints, slower writes). Default: adaptive
         (see the module docs).
     **config
-        Defaults for new collections (see :class:`~hopmem.config.MemoryConfig`);
+        Defaults for new collections (see :class:`~hopmem.engine.config.MemoryConfig`);
         on an existing file, each given field must equal the recorded one.
 
     Raises
@@ -443,7 +443,7 @@ def open(  # noqa: A001 - hopmem.open is the public name
         Bound (seconds of engine time) on the journal a reopen after a crash
         may replay; default adaptive (see :mod:`hopmem.store.database`).
     **config
-        Default :class:`~hopmem.config.MemoryConfig` fields of new collections.
+        Default :class:`~hopmem.engine.config.MemoryConfig` fields of new collections.
 
     Returns
     -------

@@ -25,8 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._deprecation import warn_deprecated
-from ..config import MemoryConfig
-from ..encoders import matching_encoder_hint
+from ..engine.config import MemoryConfig
 from ..errors import (
     AlreadyExists,
     CorruptStore,
@@ -35,6 +34,7 @@ from ..errors import (
     NotFound,
     StoreError,
 )
+from ..text.encoders import matching_encoder_hint
 from . import schema
 from ._sqlite import SQLITE_HEADER, LockFile, connect, map_errors
 
@@ -89,7 +89,7 @@ class EncoderInfo:
             raise InvalidInput(
                 f"encoder: expected an object with name, dim and fingerprint "
                 f"attributes, got {type(encoder).__name__} ({exc})") from None
-        # A str subclass (hopmem.encoders.Fingerprint) is kept as it is: it knows the older values it answers to.
+        # A str subclass (hopmem.text.encoders.Fingerprint) is kept as it is: it knows the older values it answers to.
         return cls(name, dim, None if fingerprint is None else
                    fingerprint if isinstance(fingerprint, str) else str(fingerprint))
 

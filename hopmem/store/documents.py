@@ -23,7 +23,7 @@ import numpy as np
 
 from .._deprecation import warn_deprecated
 from ..errors import InvalidInput
-from ..resolution import ResolveMode
+from .resolution import ResolveMode
 
 __all__ = ["Document", "DocumentHit", "Documents", "DocumentSource", "check_doc_id"]
 

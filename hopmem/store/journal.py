@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from .._state import Snapshot, restore_capacity
-from ..config import MemoryConfig
+from ..engine._state import Snapshot, restore_capacity
+from ..engine.config import MemoryConfig
+from ..engine.memory import Memory, Scalars
 from ..errors import CorruptStore
-from ..memory import Memory, Scalars
 from .schema import KIND_COMPRESS, KIND_WRITE
 
 try:  # ISA-L's CRC-32 (SIMD: about 4x zlib's speed on a journal entry), the same values as zlib's

@@ -42,9 +42,9 @@ from typing import IO, Any, Protocol, TypeVar
 
 import numpy as np
 
-from ..config import MemoryConfig
+from ..engine.config import MemoryConfig
+from ..engine.memory import Memory
 from ..errors import CorruptStore, IncompatibleStore, NotFound
-from ..memory import Memory
 from . import journal
 from .dbfile import DatabaseFile, hopmem_version
 from .names import check_collection_name

@@ -15,7 +15,7 @@ Layout (version 3)
 ------------------
 ``meta(key, value)``
     ``format`` ("hopmem"), ``schema_version``, ``dim``, ``config`` (the default
-    :class:`~hopmem.config.MemoryConfig` of new collections, JSON),
+    :class:`~hopmem.engine.config.MemoryConfig` of new collections, JSON),
     ``created_at`` (ISO 8601, UTC), ``encoder_name``, ``encoder_dimension``,
     ``encoder_fingerprint`` (absent when no encoder was recorded),
     ``hopmem_version`` (of the build that created the file).

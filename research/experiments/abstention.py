@@ -35,8 +35,8 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from hopmem import Memory
-from hopmem.centering import Centerer
-from hopmem.gates import auc, roc_curve
+from hopmem.text.centering import Centerer
+from hopmem.text.gates import auc, roc_curve
 
 from . import _common as C
 
@@ -91,7 +91,7 @@ def load_corpus(path: Path = CORPUS) -> dict[str, Any]:
 def model_encoder():
     """The all-MiniLM-L6-v2 encoder, or None with the reason (printed by the CLI)."""
     try:
-        from hopmem.encoders import SentenceTransformerEncoder
+        from hopmem.text.encoders import SentenceTransformerEncoder
         return SentenceTransformerEncoder(), ""
     except Exception as exc:  # noqa: BLE001 - any failure means "skip this experiment"
         return None, f"{type(exc).__name__}: {exc}"

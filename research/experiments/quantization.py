@@ -30,7 +30,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from hopmem import Memory
-from hopmem.memory import top_k_dot
+from hopmem.engine.memory import top_k_dot
 
 from . import _common as C
 

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from hopmem import Memory
-from hopmem.encoders import HashingEncoder
+from hopmem.text.encoders import HashingEncoder
 
 from . import _common as C
 

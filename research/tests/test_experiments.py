@@ -166,7 +166,7 @@ def test_filler_sentences_are_distinct_and_seeded():
 
 
 def test_abstention_separates_seen_from_unrelated_with_a_hashing_encoder():
-    from hopmem.encoders import HashingEncoder
+    from hopmem.text.encoders import HashingEncoder
 
     rows, arrays = abstention.abstention_scores(HashingEncoder(384), fillers=(0, 20),
                                                 modes=("plain",), betas=(30.0,), progress=False)

@@ -52,10 +52,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from .._arguments import deprecated_arguments
+from .._deprecation import module_aliases
+from ..errors import EmptyMemory, InvalidInput
 from . import gates
-from ._arguments import deprecated_arguments
-from ._deprecation import module_aliases
-from .errors import EmptyMemory, InvalidInput
 from .gates import Bands, Gate
 
 __all__ = [
@@ -100,7 +100,7 @@ _TINY = 1e-12
 
 @dataclass(frozen=True)
 class RecallHit:
-    """One recalled document (``hopmem.recall.Hit`` before 0.2).
+    """One recalled document (``hopmem.text.recall.Hit`` before 0.2).
 
     Attributes
     ----------
@@ -163,7 +163,7 @@ class RecallResult:
         default the best hit's confidence.
     gate_stale : bool
         Whether the memory has outgrown the load the gate was calibrated at
-        (:meth:`hopmem.gates.Gate.is_stale`): calibrate again.
+        (:meth:`hopmem.text.gates.Gate.is_stale`): calibrate again.
     """
 
     fidelity: float | None
@@ -304,12 +304,12 @@ class RecallGate:
 
     Attributes
     ----------
-    gate : hopmem.gates.Gate
+    gate : hopmem.text.gates.Gate
         The threshold on :attr:`statistic` and the evidence for it (AUC,
         coverage, error, held-out figures, calibrated load).
     statistic : str
         ``"confidence"`` (the best hit's confidence) or ``"first_contact"``.
-    bands : hopmem.gates.Bands
+    bands : hopmem.text.gates.Bands
         Cut points for a hit's confidence. With ``statistic="confidence"``
         they are ``gate.bands`` (so every admitted best hit is at least
         "clear"); otherwise they come from a second calibration on confidences.
@@ -329,13 +329,13 @@ class RecallGate:
 
     def __post_init__(self) -> None:
         if not isinstance(self.gate, Gate):
-            raise InvalidInput(f"gate: expected a hopmem.gates.Gate, got {type(self.gate).__name__}")
+            raise InvalidInput(f"gate: expected a hopmem.text.gates.Gate, got {type(self.gate).__name__}")
         if self.statistic not in STATISTICS:
             raise InvalidInput(f"statistic: expected one of {STATISTICS}, got {self.statistic!r}")
         if self.bands is None:
             object.__setattr__(self, "bands", self.gate.bands)
         elif not isinstance(self.bands, Bands):
-            raise InvalidInput(f"bands: expected a hopmem.gates.Bands, got {type(self.bands).__name__}")
+            raise InvalidInput(f"bands: expected a hopmem.text.gates.Bands, got {type(self.bands).__name__}")
 
     @property
     def tau(self) -> float:
@@ -349,7 +349,7 @@ class RecallGate:
         return self.bands.band(confidence)
 
     def is_stale(self, stats: Any, growth: float = 2.0) -> bool:
-        """:meth:`hopmem.gates.Gate.is_stale` of the underlying gate."""
+        """:meth:`hopmem.text.gates.Gate.is_stale` of the underlying gate."""
         return self.gate.is_stale(stats, growth)
 
     def to_dict(self) -> dict[str, Any]:
@@ -399,7 +399,7 @@ def _split_metadata(metadata: Any, text_key: str) -> tuple[str | None, Any]:
     return None, metadata
 
 
-@deprecated_arguments("hopmem.recall.recall_vector", {"n": "limit"})
+@deprecated_arguments("hopmem.text.recall.recall_vector", {"n": "limit"})
 def recall_vector(
     source: RecallSource,
     question: Any,
@@ -528,7 +528,7 @@ def question_statistics(
                               np.asarray(fid, dtype=np.float64), np.asarray(top, dtype=np.int64))
 
 
-@deprecated_arguments("hopmem.recall.calibrate_gate", {"holdout_fraction": "holdout"},
+@deprecated_arguments("hopmem.text.recall.calibrate_gate", {"holdout_fraction": "holdout"},
                       positional=("error_budget",))
 def calibrate_gate(
     source: RecallSource,
@@ -545,7 +545,7 @@ def calibrate_gate(
 ) -> RecallGate:
     """Calibrate a recall gate from prepared related and unrelated question vectors.
 
-    Each question is recalled ungated; :func:`hopmem.gates.calibrate` then
+    Each question is recalled ungated; :func:`hopmem.text.gates.calibrate` then
     derives ``tau`` from the chosen statistic with ``error_budget`` and holds
     out ``holdout`` (a fraction) of each group, shuffled with ``seed``, to
     report ``gate.holdout_coverage`` and ``gate.holdout_error_rate``, measured

@@ -1,7 +1,7 @@
 """Pure-NumPy twin of every kernel function: the test oracle.
 
 Readable first, fast never. Each function follows docs/algorithm.md step by step
-and works on the same :class:`~hopmem._state.State` the C kernel mutates, so a
+and works on the same :class:`~hopmem.engine._state.State` the C kernel mutates, so a
 test can run both on copies of one state and compare.
 
 Numerical conventions shared with the kernel (the tests rely on them):

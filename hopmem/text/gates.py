@@ -448,7 +448,7 @@ class _GateCommon(TypedDict):
     calibrated_locations: int | None
 
 
-@deprecated_arguments("hopmem.gates.calibrate", {"relevant_scores": "related", "irrelevant_scores": "unrelated",
+@deprecated_arguments("hopmem.text.gates.calibrate", {"relevant_scores": "related", "irrelevant_scores": "unrelated",
                                                 "holdout_fraction": "holdout"},
                       positional=("error_budget",))
 def calibrate(

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ._deprecation import module_aliases
-from .errors import InvalidConfig
+from .._deprecation import module_aliases
+from ..errors import InvalidConfig
 
 __all__ = ["MemoryConfig", "MEMORY_MODES"]
 

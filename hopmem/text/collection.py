@@ -1,15 +1,15 @@
 """Text in, answers out: an encoder and a centering mean bound to a collection.
 
 :class:`TextCollection` wraps a store collection (``db.collection(name)``)
-and an :class:`~hopmem.encoders.Encoder`:
+and an :class:`~hopmem.text.encoders.Encoder`:
 
 * :meth:`TextCollection.remember` encodes texts, centres them, and writes them
   with metadata ``{"text": text, **your metadata}``, so each one is also a
   document; it returns the document ids.
 * :meth:`TextCollection.recall` prepares a question the same way and returns a
-  :class:`~hopmem.recall.RecallResult` (see :mod:`hopmem.recall`).
+  :class:`~hopmem.text.recall.RecallResult` (see :mod:`hopmem.text.recall`).
 * :meth:`TextCollection.calibrate` measures held-out related and unrelated
-  questions and stores a :class:`~hopmem.recall.RecallGate` in the
+  questions and stores a :class:`~hopmem.text.recall.RecallGate` in the
   collection's ``gate`` slot; later recalls abstain below it and band hits.
 
 Centering: one mean per collection, fixed for its lifetime
@@ -44,11 +44,11 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from .._arguments import deprecated_arguments
+from ..errors import IncompatibleStore, InvalidInput, NotFound
 from . import recall as _recall
-from ._arguments import deprecated_arguments
 from .centering import Centerer
 from .encoders import Encoder, check_texts, encoder_dim
-from .errors import IncompatibleStore, InvalidInput, NotFound
 from .recall import RecallGate, RecallResult
 
 __all__ = ["CENTERING_FORMAT", "MIN_FIT", "PreparedVectors", "StoreCollection", "TextCollection"]
@@ -153,7 +153,7 @@ class PreparedVectors:
 
 
 def _check_texts(texts: Any, name: str = "texts") -> list[str]:
-    """:func:`hopmem.encoders.check_texts`, refusing blank texts (nothing to remember or ask)."""
+    """:func:`hopmem.text.encoders.check_texts`, refusing blank texts (nothing to remember or ask)."""
     return check_texts(texts, name, allow_blank=False)
 
 
@@ -470,7 +470,7 @@ class TextCollection:
                pool: int | None = None) -> RecallResult:
         """Recall what the collection holds about ``text``: at most ``limit`` hits.
 
-        Returns a :class:`~hopmem.recall.RecallResult`: fidelity,
+        Returns a :class:`~hopmem.text.recall.RecallResult`: fidelity,
         first_contact, banded hits, and whether (and why) it abstained.
         ``n=`` is the deprecated name of ``limit`` (until hopmem 0.3).
         Abstention is a value: an empty collection abstains with
@@ -508,9 +508,9 @@ class TextCollection:
         ``related`` are held-out questions this collection should answer
         (not the remembered texts themselves), ``unrelated`` questions it
         should abstain on; at least two of each. ``error_budget``,
-        ``holdout`` and ``seed`` are those of :func:`hopmem.gates.calibrate`;
-        ``statistic`` is the score the gate compares (:data:`hopmem.recall.STATISTICS`).
-        See :func:`hopmem.recall.calibrate_gate` for the rule and the held-out
+        ``holdout`` and ``seed`` are those of :func:`hopmem.text.gates.calibrate`;
+        ``statistic`` is the score the gate compares (:data:`hopmem.text.recall.STATISTICS`).
+        See :func:`hopmem.text.recall.calibrate_gate` for the rule and the held-out
         figures on the returned gate. The names of the previous signature
         (``related_texts``, ``unrelated_texts``, ``holdout_fraction``, and
         ``error_budget`` by position) still work, with a
@@ -535,7 +535,7 @@ class TextCollection:
 
 
 class _CollectionSource:
-    """A store collection seen as a :class:`hopmem.recall.RecallSource`."""
+    """A store collection seen as a :class:`hopmem.text.recall.RecallSource`."""
 
     def __init__(self, collection: StoreCollection, resolution: str) -> None:
         self._collection = collection

@@ -3,7 +3,7 @@
 Two modes:
 
 - ``"exact"``: cosine against every live document's stored vector, top ``limit``.
-  A linear scan in the native kernel (:func:`hopmem.memory.top_k_cosine`)
+  A linear scan in the native kernel (:func:`hopmem.engine.memory.top_k_cosine`)
   over a float16 copy of the unit-normalised document vectors kept in memory,
   with every candidate within the half copy's proven error bound re-scored
   exactly in float32: half the bytes of a float32 scan, the same answer.
@@ -27,12 +27,12 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ._arguments import deprecated_arguments
-from ._deprecation import module_aliases
-from ._rwlock import RWLock
-from ._state import to_half
-from .errors import EmptyMemory, InvalidInput
-from .memory import Memory, Trace, as_vectors, top_k_cosine, top_k_dot
+from .._arguments import deprecated_arguments
+from .._deprecation import module_aliases
+from ..engine._rwlock import RWLock
+from ..engine._state import to_half
+from ..engine.memory import Memory, Trace, as_vectors, top_k_cosine, top_k_dot
+from ..errors import EmptyMemory, InvalidInput
 
 __all__ = ["ResolveMode", "RESOLVE_MODES", "VectorIndex", "PostingIndex", "resolve_exact",
            "resolve_indexed", "check_mode", "check_limit"]
@@ -433,7 +433,7 @@ def _follow(parent: dict[int, int], x: int) -> int:
     return x
 
 
-@deprecated_arguments("hopmem.resolution.resolve_exact", {"n": "limit"})
+@deprecated_arguments("hopmem.store.resolution.resolve_exact", {"n": "limit"})
 def resolve_exact(index: VectorIndex, vector: np.ndarray, limit: int = 10
                   ) -> tuple[np.ndarray, np.ndarray]:
     """Exact mode: the ``limit`` documents nearest ``vector`` by cosine, best first."""
@@ -443,7 +443,7 @@ def resolve_exact(index: VectorIndex, vector: np.ndarray, limit: int = 10
     return index.search(q[0], check_limit(limit))
 
 
-@deprecated_arguments("hopmem.resolution.resolve_indexed", {"n": "limit"})
+@deprecated_arguments("hopmem.store.resolution.resolve_indexed", {"n": "limit"})
 def resolve_indexed(memory: Memory, index: VectorIndex, vector: np.ndarray,
                     postings: Callable[[np.ndarray], np.ndarray], limit: int = 10
                     ) -> tuple[np.ndarray, np.ndarray]:

@@ -118,7 +118,7 @@ class LocationIndex:
         self.useful = False  # whether reads use it (judged once built)
         self.visits = 1.0    # estimated rows + centroids scored per read, over the rows
         # An approximate memory's index: fitted on the rows alone (see
-        # hopmem._kernel.approximate_index), rows assigned with BLAS.
+        # hopmem.engine._kernel.approximate_index), rows assigned with BLAS.
         self.approximate = False
         self.centroids = np.zeros((groups, dim), dtype=np.float32)
         self.radius = np.zeros(groups, dtype=np.float64)

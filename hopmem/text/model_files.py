@@ -60,7 +60,7 @@ def minilm_manifest() -> dict[str, Any]:
 
 
 def _sha256(path: Path) -> str:
-    from hopmem.onnx_export import file_sha256  # remembered by (path, size, mtime): the weights are hashed once
+    from hopmem.text.onnx_export import file_sha256  # remembered by (path, size, mtime): the weights are hashed once
 
     return file_sha256(path)
 

@@ -1,11 +1,11 @@
 """The engine: one associative memory (one collection) over hard locations.
 
 This module validates input, holds the state and its lock, and hands the hot
-loops to the compiled kernel (``hopmem._kernel``), or to the NumPy reference
+loops to the compiled kernel (``hopmem.engine._kernel``), or to the NumPy reference
 when ``backend="reference"`` (the oracle the tests compare against; slow).
 The engine's calls into the kernel all go through here; elsewhere only the
-state's half-precision conversion (``hopmem._state``), the thread settings
-(``hopmem.threads``) and the store's posting lists use it directly.
+state's half-precision conversion (``hopmem.engine._state``), the thread settings
+(``hopmem.engine.threads``) and the store's posting lists use it directly.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from .._deprecation import warn_deprecated
+from ..errors import DimensionMismatch, EmptyMemory, InvalidInput
 from . import _batched, _reference
-from ._deprecation import warn_deprecated
 from ._rwlock import RWLock
 from ._state import Snapshot, State
 from .config import DEFAULT_PROBE, MemoryConfig
-from .errors import DimensionMismatch, EmptyMemory, InvalidInput
 
 __all__ = [
     "Memory", "WriteResult", "Trace", "ScoredRead", "AttentionResult", "Stats", "CompressResult",
@@ -325,7 +325,7 @@ class _NativeEngine:
             return self._k.read_results(state, cfg, Q, strategy == "fast")
         with _blas_threads():
             if _batched.applies(state, cfg.config, Q.shape[0], strategy == "fast"):
-                # plain, full activation: blocked matrix products (hopmem/_batched.py)
+                # plain, full activation: blocked matrix products (hopmem/engine/_batched.py)
                 return _batched.read_batch(state, cfg.config, Q, strategy == "fast")
             return self._k.read_results(state, cfg, Q, strategy == "fast")
 
@@ -684,7 +684,7 @@ class Memory:
 
         For a snapshot nothing else holds (a checkpoint just loaded from disk):
         it must not be used afterwards. Its arrays need the spare capacity of
-        :func:`hopmem._state.restore_capacity` to be adopted without a copy.
+        :func:`hopmem.engine._state.restore_capacity` to be adopted without a copy.
         """
         if not isinstance(config, MemoryConfig):
             raise InvalidInput(f"config: expected a MemoryConfig, got {type(config).__name__}")

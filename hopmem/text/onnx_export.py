@@ -1,6 +1,6 @@
 """A BERT sentence encoder as an ONNX graph, built from its safetensors weights without torch.
 
-:class:`hopmem.encoders.OnnxEncoder` runs all-MiniLM-L6-v2 on ONNX Runtime. Its
+:class:`hopmem.text.encoders.OnnxEncoder` runs all-MiniLM-L6-v2 on ONNX Runtime. Its
 graph is written here, node by node with :mod:`onnx.helper`, from the model's
 ``config.json`` and ``model.safetensors``: the embeddings (word + position +
 token type 0) and their LayerNorm, then per layer a 12-head self-attention

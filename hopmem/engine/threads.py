@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import os
 
+from ..errors import InvalidConfig, InvalidInput
 from . import _kernel
-from .errors import InvalidConfig, InvalidInput
 
 __all__ = ["set_threads", "get_threads", "default_threads", "usable_cpus", "MAX_THREADS", "MAX_DEFAULT"]
 
