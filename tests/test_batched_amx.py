@@ -301,7 +301,7 @@ def test_hopmem_amx_0_forces_float32_and_amx_is_the_default_where_the_cpu_has_it
     import subprocess
     import sys
 
-    code = "from hopmem import _batched, _kernel; print(_batched.amx_active(), _kernel.amx_available())"
+    code = "from hopmem.engine import _batched, _kernel; print(_batched.amx_active(), _kernel.amx_available())"
     for value, want in (("0", "False"), ("", None), ("1", None)):
         env = dict(os.environ)
         env.pop("HOPMEM_AMX", None)

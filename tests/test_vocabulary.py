@@ -35,7 +35,7 @@ def test_version_is_this_release():
 
 
 def test_recall_hit_old_name():
-    with pytest.warns(DeprecationWarning, match="hopmem.recall.Hit"):
+    with pytest.warns(DeprecationWarning, match=r"hopmem\.text\.recall\.Hit"):
         assert recall.Hit is RecallHit
     with pytest.warns(DeprecationWarning, match="hopmem.Hit"):
         assert hopmem.Hit is RecallHit

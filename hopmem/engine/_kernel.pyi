@@ -1,4 +1,4 @@
-"""Type stubs for the compiled kernel (hopmem/_kernel.pyx). Private: use hopmem.Memory."""
+"""Type stubs for the compiled kernel (hopmem/engine/_kernel.pyx). Private: use hopmem.Memory."""
 
 from typing import Any
 

@@ -1,7 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
 """The only compiled module: thin typed wrappers over kernels/hopmem_kernel.c.
 
-Inputs arrive validated (hopmem.memory does that); these functions build the C
+Inputs arrive validated (hopmem.engine.memory does that); these functions build the C
 views over the State's arrays, release the GIL for the work, and write the
 scalar state back. IN arguments are const memoryviews; outputs are allocated
 here and returned.
@@ -167,7 +167,7 @@ cdef int64_t READ_BLOCK = 64
 
 
 cdef hm_state _view(state) except *:
-    # The arrays are created by hopmem._state.State with these exact dtypes and
+    # The arrays are created by hopmem.engine._state.State with these exact dtypes and
     # C order; reading their data pointers directly keeps small calls cheap.
     cdef hm_state s
     cdef cnp.ndarray ids = state.ids
@@ -441,7 +441,7 @@ def approximate_index(state, k):
     if index is not None and index.rows == fit and index.useful:
         return
     groups = approximate_groups(fit)
-    from hopmem._state import LocationIndex
+    from hopmem.engine._state import LocationIndex
     fresh = LocationIndex(groups, state.dim, state.capacity, fit, int(k))
     fresh.useful = True
     fresh.approximate = True
@@ -492,7 +492,7 @@ def maintain_index(state, k=None, *, groups=None, force=False):
         state.index = None
         return
     kk = int(k if k is not None else (index.k if index is not None else 20))
-    from hopmem._state import LocationIndex
+    from hopmem.engine._state import LocationIndex
     fresh = LocationIndex(groups, state.dim, state.capacity, rows, kk)
     fresh.useful = True
     state.index = None
