@@ -1,4 +1,4 @@
-"""Questions that ask for several things of one kind read deeper (``RecallConfig.aggregation_k``)."""
+"""Questions that ask for several things of one kind read deeper (``Tuning.aggregation_k``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hopmem.agent import AgentMemory, RecallConfig
+from hopmem.agent import AgentMemory, RecallConfig, Tuning
 from hopmem.agent.parts import asks_for_several
 from hopmem.errors import InvalidInput
 from hopmem.text.encoders import HashingEncoder
@@ -30,8 +30,9 @@ def test_asks_for_several(question: str, expected: bool) -> None:
     assert asks_for_several(question) is expected
 
 
-def _memory(path: Path, **config: int) -> AgentMemory:
-    mem = AgentMemory.open(path, encoder=ENC, namespace="n", config=RecallConfig(**config))
+def _memory(path: Path, assoc_k: int, aggregation_k: int) -> AgentMemory:
+    mem = AgentMemory.open(path, encoder=ENC, namespace="n", config=RecallConfig(assoc_k=assoc_k),
+                           tuning=Tuning(aggregation_k=aggregation_k))
     for k in range(40):
         mem.remember(f"Ana: note {k} about hobby number {k} and the weekend plans {k % 7}", created_at=1000.0 + k,
                      metadata={"speaker": "Ana"})
@@ -71,4 +72,4 @@ def test_the_deeper_read_sees_entries_stored_after_the_engine_was_built(tmp_path
 
 def test_aggregation_k_is_validated() -> None:
     with pytest.raises(InvalidInput, match="aggregation_k: expected an int >= 1"):
-        RecallConfig(aggregation_k=0)
+        Tuning(aggregation_k=0)

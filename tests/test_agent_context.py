@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hopmem.agent import AgentMemory, RecallConfig
+from hopmem.agent import AgentMemory, Tuning
 from hopmem.agent.ranking import CONTEXT_GAP, CONTEXT_KEEP, context_neighbours, fuse_context
 from hopmem.text.encoders import HashingEncoder
 
@@ -47,9 +47,9 @@ def test_fusing_context_keeps_the_head_and_every_entry_once(order, context, weig
 
 
 def test_a_reply_is_recalled_through_the_turn_it_answers(tmp_path):
-    def build(config):
-        mem = AgentMemory.open(tmp_path / f"m{config.context_weight}.db", encoder=ENC, namespace="chat",
-                               config=config)
+    def build(tuning):
+        mem = AgentMemory.open(tmp_path / f"m{tuning.context_weight}.db", encoder=ENC, namespace="chat",
+                               tuning=tuning)
         t = 1000.0
         for text in ["Melanie: Have you ever been to the pottery studio downtown?", "Caroline: Yes, twice! Loved it.",
                      "Melanie: The weather was awful on Monday.", "Caroline: My sister visited from Boston."]:
@@ -60,8 +60,8 @@ def test_a_reply_is_recalled_through_the_turn_it_answers(tmp_path):
                          metadata={"speaker": "Caroline"})
         return mem
 
-    on = build(RecallConfig())
-    off = build(RecallConfig(context_weight=0.0))
+    on = build(Tuning())
+    off = build(Tuning(context_weight=0.0))
     q = "Has Caroline been to the pottery studio?"
     ranked_on = [h.text for h in on.rank(q, limit=5)]
     ranked_off = [h.text for h in off.rank(q, limit=5)]

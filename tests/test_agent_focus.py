@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hopmem.agent import AgentMemory, RecallConfig
+from hopmem.agent import AgentMemory, Tuning
 from hopmem.agent.ranking import CONTEXT_KEEP, named_source, prefer_subject
 from hopmem.agent.temporal import asks_for_date
 from hopmem.errors import InvalidInput
@@ -63,8 +63,8 @@ def test_preferring_the_subject_keeps_the_head_and_every_entry_once(order, their
     assert [i for i in out if i not in theirs] == [i for i in order if i not in theirs]
 
 
-def _chat(config: RecallConfig) -> AgentMemory:
-    mem = AgentMemory.open(":memory:", encoder=ENC, namespace="chat", config=config)
+def _chat(tuning: Tuning) -> AgentMemory:
+    mem = AgentMemory.open(":memory:", encoder=ENC, namespace="chat", tuning=tuning)
     t = 1.0e6
     for speaker, text in [("Caroline", "What has Melanie painted lately? Melanie, show me!"),
                           ("Caroline", "Melanie, has Melanie painted the lake? What has Melanie painted?"),
@@ -81,7 +81,7 @@ def _chat(config: RecallConfig) -> AgentMemory:
 
 def test_the_subjects_own_turn_moves_up():
     question = "What has Melanie painted?"
-    with _chat(RecallConfig(subject_boost=0.0)) as off, _chat(RecallConfig()) as on:
+    with _chat(Tuning(subject_boost=0.0)) as off, _chat(Tuning()) as on:
         before = [h.text for h in off.rank(question, limit=5)]
         hits = on.rank(question, limit=5)
     after = [h.text for h in hits]
@@ -93,8 +93,8 @@ def test_the_subjects_own_turn_moves_up():
 
 
 def test_a_when_question_prefers_the_turn_that_dates_the_event():
-    def build(config: RecallConfig) -> AgentMemory:
-        mem = AgentMemory.open(":memory:", encoder=ENC, namespace="chat", config=config)
+    def build(tuning: Tuning) -> AgentMemory:
+        mem = AgentMemory.open(":memory:", encoder=ENC, namespace="chat", tuning=tuning)
         mem.remember("Caroline: when I go to the LGBTQ support group, the LGBTQ support group is so kind",
                      created_at=2.0e6, metadata={"speaker": "Caroline"})
         mem.remember("Caroline: I went to a LGBTQ support group yesterday", created_at=1.0e6,
@@ -105,7 +105,7 @@ def test_a_when_question_prefers_the_turn_that_dates_the_event():
         return mem
 
     question = "When did Caroline go to the LGBTQ support group?"
-    with build(RecallConfig(date_boost=0.0)) as off, build(RecallConfig()) as on:
+    with build(Tuning(date_boost=0.0)) as off, build(Tuning()) as on:
         assert not off.rank(question, limit=2)[0].text.endswith("yesterday")
         top = on.rank(question, limit=2)[0]
         other = on.rank("Who was at the LGBTQ support group?", limit=2)[0]
@@ -118,4 +118,4 @@ def test_a_when_question_prefers_the_turn_that_dates_the_event():
 @pytest.mark.parametrize("value", [-0.1, 1.5, "x"])
 def test_focus_boosts_are_checked(field, value):
     with pytest.raises(InvalidInput, match=f"{field}: expected a number in \\[0, 1\\]"):
-        RecallConfig(**{field: value})
+        Tuning(**{field: value})

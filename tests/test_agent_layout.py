@@ -16,8 +16,7 @@ AGENT = Path(agent.__file__).parent
 
 #: Everything hopmem.agent.memory defined publicly before it was split into modules (under today's names).
 MEMORY_NAMES = ("AgentMemory", "Entry", "Explanation", "MemoryHit", "Selection", "RecallConfig", "MissingIdentity",
-                "RECALL_MODES", "DEFAULT_GATES", "DEFAULT_BAND_GATES", "DEFAULT_UPDATE_CUES", "DEFAULT_RRF_WEIGHTS",
-                "DURABILITIES")
+                "RECALL_MODES", "DEFAULT_GATES", "DEFAULT_BAND_GATES", "DURABILITIES")
 
 
 def test_public_names_are_importable_from_where_they_were():

@@ -16,9 +16,12 @@ from hopmem.agent import (
     LabelPolicy,
     MissingIdentity,
     RecallConfig,
+    Tuning,
+    WritePolicy,
     ranking,
 )
 from hopmem.agent import keyword as kw
+from hopmem.agent._settings import RecallSettings
 from hopmem.agent.temporal import DAY, parse_time_hints
 from hopmem.errors import IncompatibleStore, InvalidInput, NotFound
 from hopmem.text.encoders import HashingEncoder
@@ -406,7 +409,7 @@ def test_hits_carry_band_score_and_a_full_explanation(tmp_path):
     assert set(e.sources) <= {"keyword", "semantic", "associative", "exact", "time"}
     assert "keyword" in e.sources and "semantic" in e.sources
     # reciprocal rank fusion: the fused score is a sum over the lists that ranked the entry
-    cfg = mem.config
+    cfg = mem.tuning
     expected = sum(cfg.rrf_weights[name] / (cfg.rrf_k + rank) for name, rank in e.ranks.items())
     assert e.fused == pytest.approx(expected, rel=1e-5)
     assert e.bm25 is not None and 0 < e.keyword < 1
@@ -728,22 +731,26 @@ def test_time_hints():
 
 def test_recall_config_validates():
     with pytest.raises(InvalidInput):
-        RecallConfig(beta=0)
+        Tuning(beta=0)
     for bad in (True, 0, -1.0, 10.5, float("nan"), "7", None):
         with pytest.raises(InvalidInput, match="novelty_ceiling"):
-            RecallConfig(novelty_ceiling=bad)
-    assert RecallConfig(novelty_ceiling=7).novelty_ceiling == 7
-    default = RecallConfig()
+            Tuning(novelty_ceiling=bad)
+    assert Tuning(novelty_ceiling=7).novelty_ceiling == 7
+    default = Tuning()
     assert (default.novelty_ceiling, default.rrf_weights["associative"]) == (7.0, 0.0)
     # the chosen behaviours are not options any more
     for removed in ("version_order", "comparison_cues", "path_floor", "split_parts"):
-        with pytest.raises(TypeError):
+        with pytest.raises(InvalidInput, match="no such setting"):
             RecallConfig(**{removed: True})
     with pytest.raises(InvalidInput):
-        RecallConfig(update_cues="(unclosed")
+        WritePolicy(update_cues="(unclosed")
     with pytest.raises(InvalidInput):
         RecallConfig(activation="fuzzy")
-    assert RecallConfig(update_cues=None).update_cues is None
+    for field, bad in (("assoc_k", 0), ("assoc_k", True), ("floor_ratio", 1.5), ("keyword_weight", -0.1),
+                       ("conversation", "yes")):
+        with pytest.raises(InvalidInput, match=field):
+            RecallConfig(**{field: bad})
+    assert WritePolicy(update_cues=None).update_cues is None
 
 
 def test_vectors_are_centred_unit_vectors(tmp_path):
@@ -929,11 +936,11 @@ def _floor_case(cfg, mode="hybrid", tau=0.0):
 def test_path_floor_admits_what_the_semantic_path_alone_would():
     # entry 1's keyword evidence sets the evidence floor (0.6 x 1.4 = 0.84) above 2's and 3's; a candidate
     # whose path reaches 0.6 x the best path (0.54) is admitted as well
-    verdict, admitted = _floor_case(RecallConfig())
+    verdict, admitted = _floor_case(RecallSettings.resolve())
     assert verdict.path_floor == pytest.approx(0.54)
     assert admitted == {1: "weak evidence in an admitted recall", 2: "semantic evidence in an admitted recall"}
     # only after a yes verdict, and only in hybrid mode (associative mode's floor is on the path already)
-    verdict, admitted = _floor_case(RecallConfig(), tau=10.0)
+    verdict, admitted = _floor_case(RecallSettings.resolve(), tau=10.0)
     assert not verdict.passes and admitted == {}
-    verdict, admitted = _floor_case(RecallConfig(), mode="associative")
+    verdict, admitted = _floor_case(RecallSettings.resolve(), mode="associative")
     assert verdict.path_floor is None and set(admitted) == {1, 2}

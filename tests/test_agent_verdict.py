@@ -174,7 +174,7 @@ def test_default_models_read_each_modes_features():
                                     "novelty_weight", "associative_statistic"])
 def test_the_verdict_has_no_alternatives_to_configure(option):
     # the verdict is always the model over VERDICT_FEATURES
-    with pytest.raises(TypeError):
+    with pytest.raises(InvalidInput, match="no such setting"):
         RecallConfig(**{option: None})
 
 

@@ -10,9 +10,9 @@ import textwrap
 import numpy as np
 import pytest
 
-from hopmem.agent import RecallConfig
 from hopmem.agent import _stages as stages
 from hopmem.agent._recaller import Recaller
+from hopmem.agent._settings import RecallSettings
 from hopmem.agent._table import CandidateTable, Query, Scope
 from hopmem.agent.candidates import Candidates
 from hopmem.agent.evidence import Evidence
@@ -22,7 +22,7 @@ from hopmem.agent.verdict import Verdict, VerdictModel
 from hopmem.text.gates import Bands, Gate
 
 DIM = 8
-CFG = RecallConfig()
+CFG = RecallSettings.resolve()
 
 
 def unit(*values: float) -> np.ndarray:

@@ -176,12 +176,14 @@ def make_encoder(name: str) -> Any:
     raise SystemExit(f"--encoder: expected minilm, default or hashing, got {name!r}")
 
 
-def build_memory(path: str, encoder: Any, data: dict[str, Any], config: Any = None, reranker: Any = None):
+def build_memory(path: str, encoder: Any, data: dict[str, Any], options: dict[str, Any] | None = None,
+                 reranker: Any = None):
+    """The set's memory; ``options`` are more :meth:`AgentMemory.open` arguments (see :func:`open_options`)."""
     from hopmem.agent import AgentMemory
 
     clock = [0.0]
     mem = AgentMemory.open(path, encoder=encoder, namespace="eval-user", clock=lambda: clock[0], day_zero=0.0,
-                           config=config, reranker=reranker)
+                           reranker=reranker, **(options or {}))
     entry_of: dict[int, str] = {}
     for session in data["sessions"]:
         for index, turn in enumerate(session["turns"]):
@@ -487,6 +489,25 @@ def fit_defaults(encoder: Any, data: dict[str, Any], config: Any) -> int:
     return 0
 
 
+def open_options(overrides: dict[str, Any]) -> dict[str, Any]:
+    """``--set`` overrides as :meth:`AgentMemory.open` arguments: each name goes to the
+    :class:`RecallConfig`, :class:`Tuning` or :class:`WritePolicy` field of that name."""
+    import dataclasses
+
+    from hopmem.agent import RecallConfig, Tuning, WritePolicy
+
+    out = {}
+    for arg, cls in (("config", RecallConfig), ("tuning", Tuning), ("write_policy", WritePolicy)):
+        names = {f.name for f in dataclasses.fields(cls)}
+        mine = {k: v for k, v in overrides.items() if k in names}
+        if mine:
+            out[arg] = cls(**mine)
+    unknown = set(overrides) - {f.name for cls in (RecallConfig, Tuning, WritePolicy) for f in dataclasses.fields(cls)}
+    if unknown:
+        raise SystemExit(f"--set: unknown settings {sorted(unknown)}")
+    return out
+
+
 def parse_overrides(items: list[str]) -> dict[str, Any]:
     out = {}
     for item in items:
@@ -523,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--splits", type=int, default=1,
                         help="report the mean over this many fold splits (seeds --seed, --seed + 1, ...)")
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                        help="override a RecallConfig field (for experiments)")
+                        help="override a RecallConfig, Tuning or WritePolicy field (for experiments)")
     parser.add_argument("--calibrate", action="append", default=[], metavar="ARG=VALUE",
                         help="pass an argument to AgentMemory.calibrate (for experiments), e.g. min_coverage=0.95")
     parser.add_argument("--no-calibrate", action="store_true",
@@ -541,8 +562,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.splits < 1:
         parser.error("--splits: expected at least 1")
 
-    from hopmem.agent import RecallConfig
-
     names = [n.strip() for n in args.data.split(",") if n.strip()]
     sets = [load(name) for name in names]
     if len(sets) > 1 and (args.fit_defaults or args.sweep):
@@ -556,7 +575,7 @@ def main(argv: list[str] | None = None) -> int:
                         + [q["question"] for q in data["questions"]])
     if args.cache:
         encoder.save(args.cache)
-    config = RecallConfig(**parse_overrides(args.set))
+    config = open_options(parse_overrides(args.set))
     if args.fit_defaults:
         return fit_defaults(encoder, sets[0], config)
     sweep_table = None

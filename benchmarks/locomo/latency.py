@@ -57,7 +57,7 @@ class _WithFiller:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    from hopmem.agent import AgentMemory, RecallConfig
+    from hopmem.agent import AgentMemory, RecallConfig, Tuning
     from hopmem.agent.parts import asks_for_several
 
     p = argparse.ArgumentParser(prog="python -m benchmarks.locomo.latency", description=__doc__.split("\n")[0])
@@ -86,11 +86,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     encoder = _WithFiller(inner, dict(zip(texts, vectors)))
     configs: dict[str, dict[str, Any]] = {"defaults": {}}
     if args.baseline == "aggregation":
-        configs["without deeper reads"] = {"config": RecallConfig(aggregation_k=RecallConfig().assoc_k)}
+        configs["without deeper reads"] = {"tuning": Tuning(aggregation_k=RecallConfig().assoc_k)}
     elif args.baseline == "rerank":
         configs["without the reranker"] = {"reranker": False}
     else:
-        configs["without subject and date steps"] = {"config": RecallConfig(subject_boost=0.0, date_boost=0.0)}
+        configs["without subject and date steps"] = {"tuning": Tuning(subject_boost=0.0, date_boost=0.0)}
     samples: dict[str, list[float]] = {name: [] for name in configs}
     several: dict[str, list[float]] = {name: [] for name in configs}
     start = max(u.created_at for u in conv.units) + 86400.0

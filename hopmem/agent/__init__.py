@@ -35,13 +35,16 @@ from .rerank import LinearReranker, Reranker
 from .retention import DEFAULT_KINDS, KINDS, ForgettingPolicy, KindPolicy
 from .temporal import TimeHints, parse_time_hints
 from .tools import NOTHING_REMEMBERED, MemoryTool, MemoryToolkit, memory_tools
+from .tuning import Tuning, UnfittedSettings
 from .verdict import DEFAULT_MODELS, VerdictModel
+from .write_policy import WritePolicy
 
 __all__ = [
     "AgentMemory", "AsyncAgentMemory", "Entry", "Explanation", "MemoryHit", "Selection", "RecallConfig",
     "MissingIdentity", "RECALL_MODES", "DEFAULT_GATES", "DEFAULT_BAND_GATES", "DEFAULT_MODELS", "VerdictModel",
     "Reranker", "LinearReranker",
-    "LabelPolicy", "ForgettingPolicy", "KindPolicy", "KINDS", "DEFAULT_KINDS",
+    "LabelPolicy", "ForgettingPolicy", "KindPolicy", "WritePolicy", "Tuning", "UnfittedSettings", "KINDS",
+    "DEFAULT_KINDS",
     "EventBus", "MemoryEvent", "EVENT_TYPES",
     "memory_tools", "MemoryTool", "MemoryToolkit", "NOTHING_REMEMBERED",
     "inject_memories", "format_memories", "RecallingHistory", "SummarisingHistory", "RememberingRunner",

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..text.gates import Gate
+from ._settings import RecallSettings
 from ._stages import (
     add_context,
     admit,
@@ -33,7 +34,6 @@ from ._stages import (
     sort,
 )
 from ._table import CandidateTable, Query, Scope
-from .config import RecallConfig
 from .index import Partition, Row
 from .labels import labels_match
 from .ranking import build_hits
@@ -51,7 +51,7 @@ class RecallView:
     ``gates`` (verdict gates, band gates, models), ``config``; and per row ``expired``, ``suppressed``,
     ``utility`` (None: no reinforcement) and ``retention`` (None: no forgetting)."""
 
-    def __init__(self, *, namespace: str, config: Callable[[], RecallConfig], rows: Callable[[], Mapping[int, Row]],
+    def __init__(self, *, namespace: str, config: Callable[[], RecallSettings], rows: Callable[[], Mapping[int, Row]],
                  by_time: Callable[[], list[tuple[float, int]]],
                  partitions: Callable[[], Mapping[str | None, Partition]], fts: Callable[[], Mapping[str | None, str]],
                  store: Callable[[], Any], reranker: Callable[[], Reranker | None],
@@ -65,7 +65,7 @@ class RecallView:
         self._expired, self._suppressed, self._utility, self._retention = expired, suppressed, utility, retention
 
     @property
-    def config(self) -> RecallConfig:
+    def config(self) -> RecallSettings:
         return self._config()
 
     @property

@@ -15,9 +15,9 @@ from typing import Any
 
 from ..text.gates import Gate
 from . import ranking
+from ._settings import RecallSettings
 from ._table import CandidateTable, Query, Scope
 from .candidates import Candidates, gather
-from .config import RecallConfig
 from .evidence import Evidence, content_words, lexical_scorer
 from .index import Row
 from .parts import asks_for_several
@@ -30,7 +30,7 @@ ORDER = ("find", "score", "fuse", "judge", "admit", "fuse_question_parts", "keep
          "boost", "order_versions", "sort", "add_context", "prefer_subject", "settle")
 
 
-def find(query: Query, scope: Scope, config: RecallConfig, store: Any, rows: Mapping[int, Row],
+def find(query: Query, scope: Scope, config: RecallSettings, store: Any, rows: Mapping[int, Row],
          by_time: list[tuple[float, int]]) -> CandidateTable:
     """The retrievers' candidates for the whole question and, searched on their own (without a time window
     or exact tokens of their own: the whole question has those), for each of its question parts."""
@@ -47,7 +47,7 @@ def find(query: Query, scope: Scope, config: RecallConfig, store: Any, rows: Map
                           in_window=frozenset(found.window_ids))
 
 
-def score(query: Query, table: CandidateTable, config: RecallConfig, rows: Mapping[int, Row],
+def score(query: Query, table: CandidateTable, config: RecallSettings, rows: Mapping[int, Row],
           scope: Scope) -> CandidateTable:
     """Every candidate's evidence, whichever list found it: against the whole question and against each
     question part."""
@@ -69,7 +69,7 @@ def score(query: Query, table: CandidateTable, config: RecallConfig, rows: Mappi
     return table.but(evidence=whole, part_evidence=part_evidence, own=own)
 
 
-def fuse(query: Query, table: CandidateTable, config: RecallConfig) -> CandidateTable:
+def fuse(query: Query, table: CandidateTable, config: RecallSettings) -> CandidateTable:
     """Reciprocal rank fusion of the whole question's lists (:func:`hopmem.agent.ranking.fuse`)."""
     assert table.evidence is not None
     lists = ranking.ranked_lists(table.found, table.evidence, table.in_window)
@@ -77,7 +77,7 @@ def fuse(query: Query, table: CandidateTable, config: RecallConfig) -> Candidate
     return table.but(lists=lists, ranks=ranks, fused=fused)
 
 
-def judge(query: Query, table: CandidateTable, config: RecallConfig, gate: Gate, model: VerdictModel | None,
+def judge(query: Query, table: CandidateTable, config: RecallSettings, gate: Gate, model: VerdictModel | None,
           rows: Mapping[int, Row], scope: Scope) -> CandidateTable:
     """The verdict (:func:`hopmem.agent.verdict.decide`): is anything relevant remembered? Hybrid mode's
     reads the fused ranking of the whole question's own candidates."""
@@ -95,7 +95,7 @@ def judge(query: Query, table: CandidateTable, config: RecallConfig, gate: Gate,
     return table.but(verdict=verdict)
 
 
-def admit(query: Query, table: CandidateTable, band_gate: Gate, config: RecallConfig) -> CandidateTable:
+def admit(query: Query, table: CandidateTable, band_gate: Gate, config: RecallSettings) -> CandidateTable:
     """The admitted candidates and why (:func:`hopmem.agent.verdict.admit`); after a yes verdict each
     question part also admits its own best candidates."""
     assert table.evidence is not None and table.verdict is not None
@@ -106,7 +106,7 @@ def admit(query: Query, table: CandidateTable, band_gate: Gate, config: RecallCo
     return table.but(admitted=admitted)
 
 
-def fuse_question_parts(query: Query, table: CandidateTable, config: RecallConfig) -> CandidateTable:
+def fuse_question_parts(query: Query, table: CandidateTable, config: RecallSettings) -> CandidateTable:
     """A multi-part question's parts' lists join the fusion (each weighing ``part_weight``)."""
     if not table.part_found:
         return table
@@ -146,7 +146,7 @@ def pull_versions(query: Query, table: CandidateTable, rows: Mapping[int, Row], 
     return table.but(admitted=admitted, fused=fused, evidence=evidence, via=via)
 
 
-def boost(query: Query, table: CandidateTable, config: RecallConfig, rows: Mapping[int, Row], utility: Any,
+def boost(query: Query, table: CandidateTable, config: RecallSettings, rows: Mapping[int, Row], utility: Any,
           retention: Any) -> CandidateTable:
     """Each admitted hit's boosted score (:func:`hopmem.agent.ranking.apply_boosts`)."""
     final, boosts = ranking.apply_boosts(
@@ -177,10 +177,10 @@ def sort(query: Query, table: CandidateTable) -> CandidateTable:
     return table.but(order=tuple(sorted(table.admitted, key=lambda i: (-final[i], -ev[i], i))))
 
 
-def add_context(query: Query, table: CandidateTable, config: RecallConfig, rows: Mapping[int, Row],
+def add_context(query: Query, table: CandidateTable, config: RecallSettings, rows: Mapping[int, Row],
                 by_time: list[tuple[float, int]], scope: Scope) -> CandidateTable:
     """Hybrid mode, once the verdict is yes (or for ranking alone): the entries stored next to the first hits
-    fused into the order (``RecallConfig.context_weight``, :func:`hopmem.agent.ranking.fuse_context`)."""
+    fused into the order (``Tuning.context_weight``, :func:`hopmem.agent.ranking.fuse_context`)."""
     assert table.verdict is not None
     if not (query.mode == "hybrid" and config.context_weight > 0 and (table.verdict.passes or query.admit_all)):
         return table
@@ -191,9 +191,9 @@ def add_context(query: Query, table: CandidateTable, config: RecallConfig, rows:
     return table.but(order=tuple(order), context_of=dict(context))
 
 
-def prefer_subject(query: Query, table: CandidateTable, config: RecallConfig, rows: Mapping[int, Row],
+def prefer_subject(query: Query, table: CandidateTable, config: RecallSettings, rows: Mapping[int, Row],
                    depth: int) -> CandidateTable:
-    """The turns of the source the question names move up (``RecallConfig.subject_boost``,
+    """The turns of the source the question names move up (``Tuning.subject_boost``,
     :func:`hopmem.agent.ranking.prefer_subject`), when that changes the first ``depth``."""
     if config.subject_boost <= 0:
         return table

@@ -22,7 +22,7 @@ import numpy as np
 
 from ..engine.memory import Trace
 from . import keyword as kw
-from .config import RecallConfig
+from ._settings import RecallSettings
 from .evidence import SELECTIVE_MIN_ENTRIES
 from .evidence import novelty as _novelty
 from .index import Partition, Row
@@ -69,8 +69,9 @@ def selective_terms(terms: list[str], partitions: Sequence[Partition], n: int, c
     return kept or [min(dfs)[1]]
 
 
-def gather(text: str, qvec: np.ndarray, *, mode: str, limit: int, config: RecallConfig, partitions: Sequence[Partition],
-           tables: Sequence[str], store: AgentStore, rows: dict[int, Row], by_time: list[tuple[float, int]],
+def gather(text: str, qvec: np.ndarray, *, mode: str, limit: int, config: RecallSettings,
+           partitions: Sequence[Partition], tables: Sequence[str], store: AgentStore, rows: dict[int, Row],
+           by_time: list[tuple[float, int]],
            hints: TimeHints, visible: Callable[[int], bool], assoc_k: int | None = None) -> Candidates:
     """Run the retrievers of ``mode`` over the visible partitions (``partitions``, FTS5 ``tables``); engine reads
     activate ``assoc_k`` entries (None: ``config.assoc_k``)."""
@@ -91,7 +92,7 @@ def gather(text: str, qvec: np.ndarray, *, mode: str, limit: int, config: Recall
     return found
 
 
-def _read_engines(found: Candidates, qvec: np.ndarray, partitions: Sequence[Partition], cfg: RecallConfig,
+def _read_engines(found: Candidates, qvec: np.ndarray, partitions: Sequence[Partition], cfg: RecallSettings,
                   visible: Callable[[int], bool], k: int) -> None:
     for partition in partitions:
         mem = partition.engine(cfg.beta, cfg.assoc_k, cfg.activation)
@@ -127,7 +128,7 @@ def _read_engines(found: Candidates, qvec: np.ndarray, partitions: Sequence[Part
                 found.assoc_list.append((weight * float(sim), entry_id))
 
 
-def _search_keywords(found: Candidates, text: str, limit: int, cfg: RecallConfig, partitions: Sequence[Partition],
+def _search_keywords(found: Candidates, text: str, limit: int, cfg: RecallSettings, partitions: Sequence[Partition],
                      n_visible_scope: int, tables: Sequence[str], store: AgentStore, rows: dict[int, Row],
                      visible: Callable[[int], bool]) -> None:
     match = kw.fts_or_query(selective_terms(found.terms, partitions, n_visible_scope, cfg.common_fraction))

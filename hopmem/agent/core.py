@@ -31,6 +31,7 @@ from ..text.gates import Gate
 from . import english
 from . import keyword as kw
 from ._recaller import Recaller, RecallView
+from ._settings import RecallSettings
 from .config import RECALL_MODES, RecallConfig
 from .encoding import encode_batches, encoder_record, is_encoder, space_centerer
 from .events import EventBus, MemoryEvent
@@ -40,9 +41,10 @@ from .rerank import Reranker, shipped_reranker
 from .results import Entry
 from .retention import DEFAULT_KINDS, ForgettingPolicy, KindPolicy, retention, utility
 from .store import AgentStore, blob_vector
-from .tuning import UnfittedSettings, unfitted_settings
+from .tuning import Tuning, UnfittedSettings, unfitted_settings
 from .validation import identity, now_checked, seconds, timestamp
 from .verdict import MODE_FEATURES, VerdictModel
+from .write_policy import WritePolicy
 
 __all__ = ["MemoryCore"]
 
@@ -63,7 +65,8 @@ class MemoryCore:
               label_policy: LabelPolicy | None, labeler: Labeler | None, kinds: Mapping[str, KindPolicy] | None,
               capacity: int | None, session_ttl: float | datetime.timedelta | None, centerer: Centerer | None,
               config: RecallConfig | None, day_zero: float | None, receipt_ttl: float | datetime.timedelta,
-              max_receipts: int, reranker: Reranker | Literal[False] | None = None) -> None:
+              max_receipts: int, reranker: Reranker | Literal[False] | None = None,
+              write_policy: WritePolicy | None = None, tuning: Tuning | None = None) -> None:
         self.namespace = identity(namespace, "namespace", required=True)
         if not is_encoder(encoder):
             raise InvalidInput(f"encoder: expected an Encoder (with encode, name, dim, fingerprint), got {encoder!r}")
@@ -100,13 +103,20 @@ class MemoryCore:
                 self.kinds[str(name)] = policy
         self.capacity = capacity
         self.session_ttl = seconds(session_ttl, "session_ttl")
-        self.config = config or RecallConfig()
+        self.config = config if config is not None else RecallConfig()
         if not isinstance(self.config, RecallConfig):
             raise InvalidInput(f"config: expected a RecallConfig, got {type(self.config).__name__}")
-        unfitted = unfitted_settings(self.config)
+        self.write_policy = write_policy if write_policy is not None else WritePolicy()
+        if not isinstance(self.write_policy, WritePolicy):
+            raise InvalidInput(f"write_policy: expected a WritePolicy, got {type(self.write_policy).__name__}")
+        self.tuning = tuning if tuning is not None else Tuning()
+        if not isinstance(self.tuning, Tuning):
+            raise InvalidInput(f"tuning: expected a Tuning, got {type(self.tuning).__name__}")
+        self.settings = RecallSettings.resolve(self.config, self.tuning)
+        unfitted = unfitted_settings(self.tuning)
         if unfitted:
             named = ", ".join(f"{name} {fitted!r}, given {given!r}" for name, (fitted, given) in unfitted.items())
-            warnings.warn(f"config: the default verdict models were fitted under other settings ({named}): until "
+            warnings.warn(f"tuning: the default verdict models were fitted under other settings ({named}): until "
                           "calibrate() is called, their abstentions are not what docs/tuning.md reports",
                           UnfittedSettings, stacklevel=3)
         english.preload()  # here, not in the first recall's latency
@@ -133,7 +143,7 @@ class MemoryCore:
     def _recall_view(self) -> RecallView:
         """What recall reads of this memory (:class:`~hopmem.agent._recaller.RecallView`)."""
         return RecallView(
-            namespace=self.namespace, config=lambda: self.config, rows=lambda: self._rows,
+            namespace=self.namespace, config=lambda: self.settings, rows=lambda: self._rows,
             by_time=lambda: self._by_time, partitions=lambda: self._partitions, fts=lambda: self._fts,
             store=lambda: self._store, reranker=lambda: self._reranker,
             gates=lambda: (self._gates, self._band_gates, self._models), expired=self._expired,
@@ -272,7 +282,7 @@ class MemoryCore:
             if partition is not None:
                 partition.kill(entry_id)
                 partition.count_terms(row.stems, -1)
-                partition.compact_if_needed(self.config.rebuild_dead_fraction)
+                partition.compact_if_needed(self.settings.rebuild_dead_fraction)
             newer = self._rows.get(row.superseded_by) if row.superseded_by is not None else None
             if newer is not None and entry_id in newer.supersedes:
                 newer.supersedes.remove(entry_id)

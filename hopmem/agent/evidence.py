@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import numpy as np
 
 from . import keyword as kw
-from .config import RecallConfig
+from ._settings import RecallSettings
 from .english import zipf
 from .index import Partition, Row
 from .tuning import constant
@@ -77,7 +77,7 @@ def novelty(terms: Sequence[str], partitions: Sequence[Partition], ceiling: floa
     frequency in English (:func:`hopmem.agent.english.zipf`), so that an
     everyday word the memory never stored ("moment") weighs less than a
     specific one ("renovation"); ``ceiling`` is
-    ``RecallConfig.novelty_ceiling``. A word counts once per stem.
+    ``Tuning.novelty_ceiling``. A word counts once per stem.
     """
     words: dict[str, str] = {}  # per stem, in order, its first word
     for t in terms:
@@ -144,7 +144,7 @@ class Evidence:
     (:meth:`score_all`); later stages extend a copy (:meth:`extended`).
     """
 
-    def __init__(self, mode: str, config: RecallConfig, rows: Mapping[int, Row], qvec: np.ndarray,
+    def __init__(self, mode: str, config: RecallSettings, rows: Mapping[int, Row], qvec: np.ndarray,
                  semantic: dict[int, float], associative: dict[int, float],
                  lexical: Callable[[Row], float] | None) -> None:
         self.mode = mode

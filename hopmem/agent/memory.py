@@ -65,7 +65,7 @@ from ..errors import InvalidInput
 from ..text.centering import Centerer
 from ..text.encoders import Encoder
 from .calibration import CalibrationMixin
-from .config import DEFAULT_RRF_WEIGHTS, DEFAULT_UPDATE_CUES, DURABILITIES, RECALL_MODES, RecallConfig  # noqa: F401 (importable from here)
+from .config import DURABILITIES, RECALL_MODES, RecallConfig  # noqa: F401 (importable from here)
 from .events import EVENT_TYPES, MemoryEvent
 from .feedback import FeedbackMixin
 from .labels import Labeler, LabelPolicy
@@ -73,8 +73,10 @@ from .maintenance import MaintenanceMixin
 from .rerank import Reranker
 from .results import Entry, Explanation, MemoryHit, Selection
 from .retention import ForgettingPolicy, KindPolicy
+from .tuning import Tuning
 from .validation import MissingIdentity
 from .verdict import DEFAULT_BAND_GATES, DEFAULT_GATES
+from .write_policy import WritePolicy
 from .writes import WritesMixin
 
 __all__ = [
@@ -120,6 +122,8 @@ class AgentMemory(WritesMixin, CalibrationMixin, FeedbackMixin, MaintenanceMixin
         receipt_ttl: float | _dt.timedelta = 3600.0,
         max_receipts: int = 1000,
         reranker: Reranker | Literal[False] | None = None,
+        write_policy: WritePolicy | None = None,
+        tuning: Tuning | None = None,
     ) -> AgentMemory:
         """Open (or create) the memory at ``path`` for ``namespace``.
 
@@ -153,6 +157,8 @@ class AgentMemory(WritesMixin, CalibrationMixin, FeedbackMixin, MaintenanceMixin
             The centring mean for a new file; by default it is fitted on the
             reference texts bundled with hopmem. Stored in the file.
         config : RecallConfig, optional
+            The knobs of recall (what to read, admit and boost; the
+            conversation steps' switch).
         day_zero : float, optional
             Clock time of "day 0", so that a query's "day N" means a time window.
         receipt_ttl, max_receipts
@@ -164,13 +170,19 @@ class AgentMemory(WritesMixin, CalibrationMixin, FeedbackMixin, MaintenanceMixin
             shipped for the encoder, if there is one (the default encoder has
             one); False: none, the fused order stands; or any object with an
             int ``depth`` and ``order(question, qvec, hits, vectors)``.
+        write_policy : WritePolicy, optional
+            When a new statement is merged into a stored one or supersedes one.
+        tuning : Tuning, optional
+            The constants the shipped models were fitted under and the
+            conversation steps' values; by default the tuning record's. Other
+            settings warn (:class:`~hopmem.agent.tuning.UnfittedSettings`).
         """
         self = cls.__new__(cls)
         self._init(path, encoder=encoder, namespace=namespace, reinforcement=reinforcement,
                    forgetting=forgetting, clock=clock, label_policy=label_policy, labeler=labeler,
                    kinds=kinds, capacity=capacity, session_ttl=session_ttl, centerer=centerer,
                    config=config, day_zero=day_zero, receipt_ttl=receipt_ttl, max_receipts=max_receipts,
-                   reranker=reranker)
+                   reranker=reranker, write_policy=write_policy, tuning=tuning)
         return self
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -13,7 +13,7 @@ what did Ana say?" is one question) and has a word of its own to search for.
 A question can also ask for several things of one kind ("What activities does
 Melanie partake in?", "How many children ...", "What are ..."):
 :func:`asks_for_several` tells it by its English form, and recall reads
-deeper for it (``RecallConfig.aggregation_k``).
+deeper for it (``Tuning.aggregation_k``).
 """
 
 from __future__ import annotations

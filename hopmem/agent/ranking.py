@@ -22,8 +22,8 @@ from typing import Any
 
 from ..text.gates import Gate
 from . import keyword as kw
+from ._settings import RecallSettings
 from .candidates import Candidates
-from .config import RecallConfig
 from .evidence import Evidence
 from .index import Row, source_of
 from .labels import labels_overlap, merge_labels
@@ -66,7 +66,7 @@ def ranked_lists(found: Candidates, evidence: Evidence, in_window: Collection[in
 
 
 def fuse(lists: Mapping[str, Sequence[int]], ids: Sequence[int],
-         config: RecallConfig) -> tuple[dict[int, dict[str, int]], dict[int, float]]:
+         config: RecallSettings) -> tuple[dict[int, dict[str, int]], dict[int, float]]:
     """Reciprocal rank fusion over the lists: each candidate's rank per list, and its fused score.
 
     A list named ``"part N:retriever"`` is one part's list of a multi-part question: it
@@ -104,7 +104,7 @@ def head(admitted: Mapping[int, str], fused: Mapping[int, float], ev: Mapping[in
 
 
 def apply_boosts(rows: Mapping[int, Row], admitted: Collection[int], fused: Mapping[int, float], *,
-                 config: RecallConfig, query_labels: Mapping[str, list[str]], utility: Callable[[Row], float] | None,
+                 config: RecallSettings, query_labels: Mapping[str, list[str]], utility: Callable[[Row], float] | None,
                  retention: Callable[[Row], float] | None, hint_order: str | None,
                  in_window: Collection[int],
                  asks_date: bool = False) -> tuple[dict[int, float], dict[int, dict[str, float]]]:

@@ -122,8 +122,9 @@ class RecallMixin(MemoryCore):
         return selection
 
     def _encode_query(self, text: str) -> tuple[np.ndarray, list[tuple[str, np.ndarray]]]:
-        """The query's vector, and its parts with theirs when it is a multi-part question (one encoder call)."""
-        parts = split_parts(text, kw.query_terms)
+        """The query's vector, and its parts with theirs when it is a multi-part question and the conversation
+        steps are on (one encoder call)."""
+        parts = split_parts(text, kw.query_terms) if self.settings.question_parts else []
         vecs = self._encode([text, *parts])
         return vecs[0], list(zip(parts, vecs[1:]))
 

@@ -26,7 +26,7 @@ Two questions, two gates (:class:`hopmem.text.gates.Gate`):
 
    * ``novelty``: the share of the query's word weight in words no visible
      entry contains, a word weighing more the rarer it is in English
-     (``RecallConfig.novelty_ceiling``; modes that read keywords);
+     (``Tuning.novelty_ceiling``; modes that read keywords);
    * ``margin``: how far the nearest entry's cosine stands above the mean of
      the ten nearest (modes that read vectors);
    * ``crowd``: how many of the next nine nearest entries are within
@@ -62,7 +62,7 @@ import numpy as np
 
 from ..errors import InvalidInput
 from ..text.gates import Bands, Gate
-from .config import RecallConfig
+from ._settings import RecallSettings
 from .evidence import Evidence, content_share
 from .index import Partition, Row
 from .tuning import constant
@@ -348,7 +348,7 @@ class Verdict:
     path_floor: float | None = None
 
 
-def decide(mode: str, config: RecallConfig, gate: Gate, model: VerdictModel | None, evidence: Evidence,
+def decide(mode: str, config: RecallSettings, gate: Gate, model: VerdictModel | None, evidence: Evidence,
            ids: Sequence[int], novelty: float, ranked: Mapping[str, float] | None = None) -> Verdict:
     """Is anything relevant remembered? The verdict on the scored candidates ``ids`` (``model`` None: the
     grounding statistic; ``ranked``: the :func:`ranking_features`). The selection's features are the
@@ -407,7 +407,7 @@ def admit_parts(admitted: dict[int, str], ids: Sequence[int], part_evidence: Seq
                 admitted[i] = f"evidence for part {n} of the question"
 
 
-def abstention_reason(verdict: Verdict, gate: Gate, config: RecallConfig) -> str:
+def abstention_reason(verdict: Verdict, gate: Gate, config: RecallSettings) -> str:
     """Why nothing was admitted: below the gate, or too close to call."""
     if verdict.statistic >= gate.tau - config.close_margin:
         return (f"too close to call: {verdict.what} is within {config.close_margin:.2f} "

@@ -82,7 +82,7 @@ class WritesMixin(MemoryCore):
         lost: the new wording, its metadata and its time are kept as a variant,
         see :meth:`variants`); a near-identical statement made later is a new
         entry. A similar statement phrased as a change (same kind and scope,
-        cosine at least ``config.supersede_cosine``, an update cue) supersedes
+        cosine at least ``write_policy.supersede_cosine``, an update cue) supersedes
         the older one (the old entry links to the new one). A conversation
         turn, a statement whose ``metadata`` names its ``"speaker"`` or
         ``"source"``, merges only with the same source's statements and
@@ -94,7 +94,7 @@ class WritesMixin(MemoryCore):
         seconds) back-dates an import; by default it is the clock's now.
         ``supersedes`` names the entry this statement replaces (it must be
         visible in the same scope); without it supersession is detected as
-        described in :class:`RecallConfig`.
+        described in :class:`WritePolicy`.
 
         ``write_id`` (a non-empty string of at most 256 characters, unique per
         call) is recorded in the transaction that stores the statement, so a
@@ -235,15 +235,15 @@ class WritesMixin(MemoryCore):
             if row is None or self._expired(row, now):
                 continue
             if not _samesource_of(row.metadata, metadata):
-                if s >= self.config.supersede_cosine:
+                if s >= self.write_policy.supersede_cosine:
                     similar.append((float(s), row))
                 continue
             if row.norm_text == norm:
                 return row, []
-            if (row.kind == kind and s >= self.config.dedup_cosine and row.value_tokens == tokens and best is None
+            if (row.kind == kind and s >= self.write_policy.dedup_cosine and row.value_tokens == tokens and best is None
                     and abs(created - row.created_at) <= NEAR_DUPLICATE_WINDOW):
                 best = row
-            if s >= self.config.supersede_cosine:
+            if s >= self.write_policy.supersede_cosine:
                 similar.append((float(s), row))
         if best is not None:
             return best, []
@@ -260,7 +260,7 @@ class WritesMixin(MemoryCore):
         earlier one's state. ``supersedes=`` still links turns explicitly."""
         if explicit is not None:
             return [self._row(explicit)]
-        if source_of(metadata) is not None or not self.config.phrased_as_change(text):
+        if source_of(metadata) is not None or not self.write_policy.phrased_as_change(text):
             return []
         heads = [(s, r) for s, r in similar if r.superseded_by is None and r.kind == kind and r.created_at <= created
                  and source_of(r.metadata) is None]

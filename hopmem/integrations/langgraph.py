@@ -37,7 +37,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -136,7 +135,7 @@ class HopmemStore(BaseStore):
             ``default_ttl`` (minutes) for puts that give none, ``refresh_on_read`` (default True).
         config : RecallConfig, optional
             The agent memory's recall configuration. By default :class:`RecallConfig` with
-            ``context_weight=0``: items are not turns of one conversation, so no item is brought in
+            ``conversation=False``: items are not turns of one conversation, so no item is brought in
             because it was stored next to a hit.
         clock : callable returning seconds, optional
             The time source (timestamps, TTLs); by default ``time.time``.
@@ -156,7 +155,7 @@ class HopmemStore(BaseStore):
         self._closed = False
         self._memories: dict[str, AgentMemory] = {}
         self.ttl_config = dict(ttl) if ttl else None  # type: ignore[assignment]
-        self._config = config if config is not None else replace(RecallConfig(), context_weight=0.0)
+        self._config = config if config is not None else RecallConfig(conversation=False)
         self._index: dict[str, Any] | None = None
         self._fields: list[tuple[str, Any]] = []
         self._encoder: Encoder | None = None

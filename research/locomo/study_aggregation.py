@@ -60,7 +60,7 @@ knowledge of English, not from the benchmark's questions.
   and/or ``over_fetch`` in place of the defaults' (not fused; its verdict is
   not used: the defaults' decides).
 
-``--grid`` also measures the shipped option, ``RecallConfig.aggregation_k``,
+``--grid`` also measures the shipped option, ``Tuning.aggregation_k``,
 end to end with the library's own verdict on a grid of values, paired against
 ``aggregation_k=assoc_k`` (off), with the value chosen leave one conversation
 out.
@@ -343,7 +343,7 @@ AGGREGATION_GRID = (32, 48, 64, 96, 128)
 
 
 def grid(convs: list[Conversation], encoder: CachedEncoder) -> dict[str, Any]:
-    """``RecallConfig.aggregation_k`` on :data:`AGGREGATION_GRID`, end to end with the library's verdict."""
+    """``Tuning.aggregation_k`` on :data:`AGGREGATION_GRID`, end to end with the library's verdict."""
     def e2e(rs: list[dict[str, Any]]) -> list[float]:
         return [0.0 if r["abstained"] else evidence_recall(r["pool"][:K], r["evidence"]) for r in rs]
 
@@ -365,7 +365,7 @@ def grid(convs: list[Conversation], encoder: CachedEncoder) -> dict[str, Any]:
                 held_rows.append(r)
     table.append(line("leave one conversation out", held_rows, held, held_base))
     cats = list(CATEGORIES.values())
-    print("\nRecallConfig.aggregation_k, end to end with the library's verdict (paired against the first)\n")
+    print("\nTuning.aggregation_k, end to end with the library's verdict (paired against the first)\n")
     print("| setting | R@5 | gain [95% CI] | " + " | ".join(cats) + " |")
     print("|---|---|---|" + "---|" * len(cats))
     for t in table:
@@ -399,7 +399,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument("--encoder", choices=("minilm", "hashing"), default="minilm")
     p.add_argument("--cache", default=None)
     p.add_argument("--json", default=None)
-    p.add_argument("--grid", action="store_true", help="also RecallConfig.aggregation_k on a grid, end to end")
+    p.add_argument("--grid", action="store_true", help="also Tuning.aggregation_k on a grid, end to end")
     args = p.parse_args(argv)
     cache = Path(args.cache) if args.cache else default_cache_dir()
     convs = load_folder(args.data)

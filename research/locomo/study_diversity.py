@@ -69,11 +69,11 @@ SUBJECT_GRID = (0.0, 0.1, 0.25, 0.5, 1.0)
 DATE_GRID = (0.0, 0.25, 0.5, 1.0)
 
 
-def _open(conv: Conversation, encoder: CachedEncoder, **config: Any) -> Any:
-    from hopmem.agent import AgentMemory, RecallConfig
+def _open(conv: Conversation, encoder: CachedEncoder, **tuning: Any) -> Any:
+    from hopmem.agent import AgentMemory, Tuning
 
     mem = AgentMemory.open(":memory:", encoder=encoder, namespace=f"locomo-{conv.id}",
-                           config=RecallConfig(**config))
+                           tuning=Tuning(**tuning))
     mem.remember_many([{"text": u.text, "created_at": u.created_at,
                         "metadata": {"dia_id": u.dia_id, "speaker": u.speaker}} for u in conv.units], progress=False)
     return mem
