@@ -10,6 +10,7 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import inspect
 import sys
 import types
 import warnings
@@ -89,7 +90,7 @@ def module_aliases(module: str, aliases: Mapping[str, tuple[str, Callable[[], An
     return __getattr__
 
 
-#: Modules moved in 0.3 (the layers: :mod:`hopmem.engine`, :mod:`hopmem.text`), by their 0.2 paths.
+#: Modules moved in 0.2 (the layers: :mod:`hopmem.engine`, :mod:`hopmem.text`), by their 0.1 paths.
 MOVED_MODULES: dict[str, str] = {
     "hopmem.memory": "hopmem.engine.memory",
     "hopmem.config": "hopmem.engine.config",
@@ -116,11 +117,27 @@ class _MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         new = MOVED_MODULES[spec.name]
-        warn_deprecated(f"module {spec.name}", new, stacklevel=8)
+        warn_deprecated(f"module {spec.name}", new, stacklevel=_importer_stacklevel())
         return importlib.import_module(new)
 
     def exec_module(self, module: types.ModuleType) -> None:
         """The module was executed under its new name."""
+
+
+_IMPORT_MACHINERY = (importlib.__file__.rsplit("/", 1)[0], __file__, __file__.rsplit("/", 1)[0] + "/__init__.py")
+
+
+def _importer_stacklevel() -> int:
+    """The ``stacklevel`` (for :func:`warn_deprecated`, called from the caller of this function) of the first
+    frame outside the import machinery: the user's ``import`` statement or attribute access. Frames of
+    importlib's bootstrap are not counted (:func:`warnings.warn` skips them itself)."""
+    here = inspect.currentframe()
+    frame, level = here.f_back.f_back if here and here.f_back else None, 3  # the caller of our caller
+    while frame is not None and frame.f_code.co_filename.startswith(("<frozen importlib", *_IMPORT_MACHINERY)):
+        if not ("importlib" in frame.f_code.co_filename and "_bootstrap" in frame.f_code.co_filename):
+            level += 1
+        frame = frame.f_back
+    return level
 
 
 def install_moved_modules() -> None:

@@ -40,6 +40,9 @@ order):
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from graphlib import CycleError, TopologicalSorter
@@ -330,3 +333,22 @@ def test_the_package_root_holds_few_modules():
     assert len(root) <= 8, root
     assert {p.name for p in PACKAGE.iterdir() if p.is_dir() and (p / "__init__.py").exists()} == {
         "engine", "text", "store", "agent", "server", "cluster", "integrations"}
+
+
+def test_the_old_module_paths_work_until_0_3_and_warn_at_the_importing_line(tmp_path):
+    from hopmem._deprecation import MOVED_MODULES
+
+    script = tmp_path / "user.py"
+    lines = ["import importlib, warnings", "warnings.simplefilter('always')", "import hopmem"]
+    for n, (old, new) in enumerate(MOVED_MODULES.items()):
+        attr = old.rsplit(".", 1)[1]
+        # three ways a user reaches a moved module: import, from-import, attribute of the package
+        way = (f"import {old} as m{n}", f"from hopmem import {attr} as m{n}", f"m{n} = hopmem.{attr}")[n % 3]
+        lines += [way, f"assert m{n} is importlib.import_module({new!r}), {old!r}"]
+    script.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
+    warned = [ln for ln in out.stderr.splitlines() if "DeprecationWarning: module hopmem." in ln]
+    assert len(warned) == len(MOVED_MODULES), out.stderr
+    assert all(ln.startswith(f"{script}:") for ln in warned), warned  # the user's line, not importlib's
