@@ -138,6 +138,7 @@ class MemoryState:
             raise
 
     def now(self) -> float:
+        """The clock's time, checked."""
         return now_checked(self.clock)
 
     def resolve_reranker(self) -> Reranker | None:
@@ -182,6 +183,7 @@ class MemoryState:
     # -- the in-memory index --------------------------------------------------------------
 
     def load(self) -> None:
+        """(Re)build the in-memory index, counters, gates and models of the namespace from the file."""
         recorded = self.store.get_json("encoder")
         if recorded is not None and recorded.get("fingerprint") != self.encoder_info["fingerprint"]:
             raise IncompatibleStore(
@@ -243,6 +245,7 @@ class MemoryState:
                 self.rows[row.superseded_by].supersedes.append(row.id)
 
     def add_row(self, row: Row) -> None:
+        """Index a row just stored (its partition, tokens, vector and word counts)."""
         row.partition = row.session_id if row.durability == "session" else None
         row.value_tokens = value_tokens(row.text)
         row.stems = frozenset(kw.stem(t) for t in kw.query_terms(row.text))
@@ -258,6 +261,7 @@ class MemoryState:
         partition.count_terms(row.stems, +1)
 
     def drop_rows(self, ids: Iterable[int]) -> None:
+        """Take rows just deleted out of the index, and unlink their supersession."""
         for entry_id in ids:
             row = self.rows.pop(entry_id, None)
             if row is None:
@@ -298,10 +302,12 @@ class MemoryState:
         self.data_version = self.store.data_version()
 
     def check_open(self) -> None:
+        """Refuse to work once closed."""
         if self.closed:
             raise InvalidInput("this AgentMemory is closed")
 
     def fts_for(self, part_key: str | None) -> str:
+        """The FTS5 table of a partition (None: the shared one), created when it has none yet."""
         name = self.fts.get(part_key)
         if name is None:
             name = self.fts[part_key] = self.store.create_fts(self.namespace, part_key, now=self.now())
@@ -340,6 +346,7 @@ class MemoryState:
         return self.forgetting is not None and self.retention(row, now) < self.forgetting.threshold
 
     def entry(self, row: Row, now: float, merged: bool = False) -> Entry:
+        """The public :class:`~hopmem.agent.Entry` of a row at ``now``."""
         return Entry(
             id=row.id, text=row.text, namespace=self.namespace, session_id=row.session_id,
             durability=row.durability, kind=row.kind, importance=row.importance,
@@ -353,10 +360,12 @@ class MemoryState:
         )
 
     def emit(self, type_: str, session_id: str | None, now: float, **data: Any) -> None:
+        """Send an event to the subscribers (if any)."""
         if self.events.has_subscribers():
             self.events.emit(MemoryEvent(type_, self.namespace, session_id, now, data))
 
     def row(self, entry_id: Any) -> Row:
+        """The row of ``entry_id`` (checked), or NotFound."""
         if isinstance(entry_id, bool) or not isinstance(entry_id, (int, np.integer)):
             raise InvalidInput(f"entry_id: expected an int, got {entry_id!r}")
         row = self.rows.get(int(entry_id))
