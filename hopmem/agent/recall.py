@@ -131,9 +131,9 @@ class Recall:
         return vecs[0], list(zip(parts, vecs[1:]))
 
     def retrieve(self, text: str, qvec: np.ndarray, *, session_id: str | None, wanted: dict,
-                  kind_set: frozenset | None, limit: int, mode: str, since: float | None, until: float | None,
-                  query_labels: dict, now: float, admit_all: bool = False,
-                  pieces: Sequence[tuple[str, np.ndarray]] = ()) -> tuple[Selection, list[Row]]:
+                 kind_set: frozenset | None, limit: int, mode: str, since: float | None, until: float | None,
+                 query_labels: dict, now: float, admit_all: bool = False,
+                 pieces: Sequence[tuple[str, np.ndarray]] = ()) -> tuple[Selection, list[Row]]:
         """One recall through the pipeline (:class:`~hopmem.agent._recaller.Recaller`): its selection, and the
         rows it found newly expired."""
         query = Query(text=text, vector=qvec, mode=mode, limit=limit, now=now,
@@ -157,8 +157,8 @@ class Recall:
         with state.lock:
             state.sync()
             sel, _ = self.retrieve(text, vec, session_id=session_id, wanted={}, kind_set=None,
-                                    limit=limit, mode=mode, since=None, until=None, query_labels={},
-                                    now=state.now(), admit_all=True, pieces=pieces)
+                                   limit=limit, mode=mode, since=None, until=None, query_labels={},
+                                   now=state.now(), admit_all=True, pieces=pieces)
         return list(sel.hits)
 
 
