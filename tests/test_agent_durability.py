@@ -171,7 +171,7 @@ def test_remember_many_commits_once_a_batch_and_announces_only_committed_entries
     path = tmp_path / "batch.db"
     mem = AgentMemory.open(path, encoder=HashingEncoder(256), namespace="team")
     commits: list[str] = []
-    mem._store.conn.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
+    mem._state.store.conn.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
     reader = sqlite3.connect(path)  # another connection sees only what is committed
     unseen: list[int] = []
 
@@ -201,7 +201,7 @@ def test_a_write_failing_halfway_rolls_back_its_batch_and_the_rows_in_memory(tmp
     encoder = HashingEncoder(256)
     mem = AgentMemory.open(path, encoder=encoder, namespace="team")
     # a real SQLite failure after the entry row is written: the write id's row is refused
-    mem._store.conn.execute("CREATE TRIGGER refuse BEFORE INSERT ON write_ids WHEN NEW.write_id = 'boom' "
+    mem._state.store.conn.execute("CREATE TRIGGER refuse BEFORE INSERT ON write_ids WHEN NEW.write_id = 'boom' "
                             "BEGIN SELECT RAISE(ABORT, 'refused by a trigger'); END")
     items = _batch_items(WRITE_BATCH + 40)
     items[WRITE_BATCH + 30]["write_id"] = "boom"

@@ -64,7 +64,7 @@ def test_modules_depend_one_way():
     assert set(order) >= set(graph)
     # the facade sits on top: only the helpers built on AgentMemory import it
     assert {name for name, deps in graph.items() if "memory" in deps} <= {"tools", "history", "aio"}
-    # the pipeline's stages know nothing of the mixins that use them
+    # the pipeline's stages know nothing of the parts that use them
     for stage in ("candidates", "evidence", "verdict", "ranking", "index", "results", "config", "validation",
                   "encoding", "_table", "_stages", "_recaller"):
         assert not graph[stage] & {"core", "writes", "recall", "calibration", "feedback", "maintenance",

@@ -304,7 +304,7 @@ def test_order_versions_lifts_the_preferred_version_and_keeps_the_displaced_just
                  "User's phone is now a Fairphone 5."):
         ids.append(mem.remember(text).id)
         clock.advance(DAY)
-    rows = mem._rows
+    rows = mem._state.rows
     assert [len(g) for g in ranking.version_groups(rows, ids)] == [3]
     start = {ids[0]: 0.9, ids[1]: 0.5, ids[2]: 0.2}  # the oldest best: "recent" order must lift the newest
     adjacent = dict(start)

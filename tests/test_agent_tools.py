@@ -159,7 +159,7 @@ any_call = st.tuples(st.sampled_from(["remember", "recall", "forget", "nope"]),
 @given(calls=st.lists(st.tuples(st.one_of(near_valid, any_call), st.booleans()), min_size=1, max_size=6))
 def test_fuzzed_tool_calls_answer_in_json_and_stay_in_their_binding(mem, calls):
     other_session = mem.remember("The s2 deploy freeze starts Friday", session_id="s2", durability="session")
-    other_tenant = AgentMemory.open(mem._store.path, encoder=ENC, namespace="elsewhere", clock=lambda: 5000.0)
+    other_tenant = AgentMemory.open(mem._state.store.path, encoder=ENC, namespace="elsewhere", clock=lambda: 5000.0)
     tools = memory_tools(mem, session_id="s1")
     for (name, args), approved in calls:
         result = tools.call(name, args, approved=approved)

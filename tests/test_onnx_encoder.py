@@ -627,10 +627,11 @@ def test_the_default_encoder_reranks_with_its_shipped_model(int8_minilm):
     q = "What activities does Melanie partake in?"
     with AgentMemory.open(":memory:", encoder=int8_minilm, namespace="c") as mem, \
             AgentMemory.open(":memory:", encoder=int8_minilm, namespace="c", reranker=False) as plain:
-        assert isinstance(mem._reranker, LinearReranker) and plain._reranker is None
+        assert isinstance(mem._state.reranker, LinearReranker) and plain._state.reranker is None
         with AgentMemory.open(":memory:", encoder=OnnxEncoder(cache_dir=Path(int8_minilm.graph_path).parent),
                               namespace="c") as float32:  # the float32 graph has its own model
-            assert isinstance(float32._reranker, LinearReranker) and float32._reranker is not mem._reranker
+            own = float32._state.reranker
+            assert isinstance(own, LinearReranker) and own is not mem._state.reranker
         for m in (mem, plain):
             m.remember_many(items, progress=False)
         got = [h.text for h in mem.rank(q, limit=8)]

@@ -323,7 +323,7 @@ def latency(encoder: CachedEncoder, data: dict[str, Any], n_entries: int, repeat
         # warm-up: builds the engine memory, fills caches
         for q in questions[:5]:
             mem.recall(q, record=True)
-        matrix = np.stack([r.vector for r in mem._rows.values()])
+        matrix = np.stack([r.vector for r in mem._state.rows.values()])
         for mode in ("hybrid", "associative", "keyword"):
             samples = []
             for _ in range(repeats):
@@ -335,7 +335,7 @@ def latency(encoder: CachedEncoder, data: dict[str, Any], n_entries: int, repeat
         samples = []
         for _ in range(repeats):
             for q in questions:
-                qv = mem._encode([q])[0]
+                qv = mem._state.encode([q])[0]
                 t1 = time.perf_counter()
                 top_k_dot(matrix, qv[None, :], 5)
                 samples.append((time.perf_counter() - t1) * 1e3)

@@ -26,7 +26,8 @@ from ..errors import InvalidInput
 from ..text.gates import Gate, auc
 from ..text.gates import calibrate as calibrate_scores
 from .config import RECALL_MODES
-from .recall import RecallMixin
+from .core import MemoryState
+from .recall import Recall
 from .results import Selection
 from .tuning import constant
 from .verdict import (
@@ -39,7 +40,7 @@ from .verdict import (
     select_gates,
 )
 
-__all__ = ["CalibrationMixin", "DEFAULT_MIN_COVERAGE"]
+__all__ = ["Calibration", "DEFAULT_MIN_COVERAGE"]
 
 #: The share of related calibration queries a verdict gate must admit, whatever its error budget (chosen on
 #: the evaluation's conversations: ``docs/agent-eval.md``).
@@ -58,10 +59,16 @@ def _split(items: list, fraction: float, rng: np.random.Generator) -> tuple[list
     return [items[i] for i in order[held:]], [items[i] for i in order[:held]]
 
 
-class CalibrationMixin(RecallMixin):
-    """:meth:`calibrate`, :meth:`set_gates`, :meth:`gate_statistics` and the stored gates and models."""
+class Calibration:
+    """:meth:`calibrate`, :meth:`set_gates`, :meth:`gate_statistics` and the stored gates and models of
+    :class:`~hopmem.agent.AgentMemory`, over its state; it measures queries with its :class:`Recall`."""
+
+    def __init__(self, state: MemoryState, recall: Recall) -> None:
+        self._state = state
+        self._recall = recall
 
     def _measure(self, texts: Sequence[str], session_id: str | None, mode: str) -> list[Selection]:
+        state = self._state
         if mode not in RECALL_MODES:
             raise InvalidInput(f"mode: expected one of {RECALL_MODES}, got {mode!r}")
         if isinstance(texts, str):
@@ -69,25 +76,19 @@ class CalibrationMixin(RecallMixin):
         texts = [t.strip() if isinstance(t, str) else t for t in texts]
         if not all(isinstance(t, str) and t for t in texts):
             raise InvalidInput("texts: expected non-empty strings")
-        vectors = self._encode(texts)
-        with self._lock:
-            self._sync()
-            now = self._now()
-            return [self._retrieve(text, vec, session_id=session_id, wanted={}, kind_set=None, limit=5, mode=mode,
-                                   since=None, until=None, query_labels={}, now=now)[0]
+        vectors = state.encode(texts)
+        with state.lock:
+            state.sync()
+            now = state.now()
+            return [self._recall.retrieve(text, vec, session_id=session_id, wanted={}, kind_set=None, limit=5,
+                                          mode=mode, since=None, until=None, query_labels={}, now=now)[0]
                     for text, vec in zip(texts, vectors)]
 
     def gate_statistics(self, texts: Sequence[str], *, session_id: str | None = None,
                         mode: str = "hybrid") -> list[float | None]:
-        """The verdict statistic each query would get now (no receipts, no events).
-
-        None for a query the gate does not decide: one with an exact rare
-        token or a time window that matches entries (admitted regardless), and
-        -1 (grounding statistic) or -1000 (a model's log-odds) for one with no
-        candidates at all. The inputs of a model's statistic are in each
-        selection's ``features`` (see :meth:`recall`).
-        """
-        _, _, model, _ = select_gates(self._gates, self._band_gates, self._models, mode)
+        """See :meth:`hopmem.agent.AgentMemory.gate_statistics`."""
+        state = self._state
+        _, _, model, _ = select_gates(state.gates, state.band_gates, state.models, mode)
         unscored = NO_CANDIDATES["grounding" if model is None else "model"]
         return [None if sel.override is not None else (unscored if sel.statistic is None else sel.statistic)
                 for sel in self._measure(texts, session_id, mode)]
@@ -96,42 +97,7 @@ class CalibrationMixin(RecallMixin):
                   holdout: float = 0.0, seed: int = 0, session_id: str | None = None,
                   min_coverage: float = DEFAULT_MIN_COVERAGE, modes: Iterable[str] = RECALL_MODES,
                   **deprecated: Any) -> dict[str, Gate]:
-        """Derive and store the abstention gates (and verdict models) from held-out queries.
-
-        ``related`` are queries this memory holds an answer to, ``unrelated``
-        queries it does not; neither should be queries you will evaluate on.
-        For each mode, a logistic :class:`~hopmem.agent.verdict.VerdictModel`
-        is fitted on the queries' verdict features (on the fitting part); then
-        two gates are fitted with :func:`hopmem.text.gates.calibrate` (at most
-        ``error_budget`` of the unrelated queries pass, on the fitting part,
-        and for the verdict gate at least ``min_coverage`` of the related ones,
-        which wins where the two conflict: a verdict that cannot separate the
-        queries would otherwise keep its budget by abstaining on most
-        answerable ones): the verdict gate on the model's log-odds (does the
-        memory hold anything relevant?) and the band gate on the best hit's
-        evidence (how strong is a hit: "vague" below its ``tau``, "vivid" from
-        its median relevant value). Queries the gate does not decide (an exact
-        rare token or a time window matched) are left out; if no query with
-        candidates is left on one side, the mode keeps the default model.
-        ``holdout`` holds out that share of each group (seeded by ``seed``) to
-        measure the gates. Gates and models are stored in the file and used by
-        every later recall of this namespace. Returns the verdict gates.
-
-        The defaults differ from :func:`hopmem.text.gates.calibrate`'s
-        (``error_budget=0.0``, ``holdout=0.3``) on purpose. The verdict gate
-        is fitted on out-of-fold log-odds: each query is scored by a model
-        fitted without it, so the gate's figures already estimate new
-        queries, and a holdout (which only measures the gates) would take
-        queries away from the few, hand-written ones an agent calibrates on.
-        And some unanswerable questions always look answerable to a memory
-        (a detail never stated about a remembered thing): a budget of 0 would
-        then abstain on most answerable ones. 0.25, with the ``min_coverage``
-        floor, was the smallest budget within half a point of the best
-        recall with an abstention F1 of at least 0.8 on the evaluation's
-        development conversations (docs/agent-eval.md): a starting point.
-
-        ``holdout_fraction`` is the deprecated name of ``holdout``.
-        """
+        """See :meth:`hopmem.agent.AgentMemory.calibrate`."""
         if deprecated:
             unknown = sorted(set(deprecated) - {"holdout_fraction"})
             if unknown:
@@ -145,7 +111,7 @@ class CalibrationMixin(RecallMixin):
         for mode in modes:
             rel = [sel for sel in self._measure(related, session_id, mode) if sel.override is None]
             unrel = [sel for sel in self._measure(unrelated, session_id, mode) if sel.override is None]
-            n = len(self._rows)
+            n = len(self._state.rows)
             models[mode], gates[mode] = self._fit_verdict(mode, rel, unrel, error_budget, min_coverage, holdout,
                                                           seed, n)
             bands[mode] = calibrate_scores([-1.0 if s.evidence is None else s.evidence for s in rel],
@@ -198,25 +164,18 @@ class CalibrationMixin(RecallMixin):
 
     def set_gates(self, gates: Mapping[str, Gate | None], band_gates: Mapping[str, Gate] | None = None,
                   models: Mapping[str, VerdictModel | None] | None = None) -> None:
-        """Store verdict gates (``None`` removes one, back to the default), and optionally band gates and
-        verdict models.
-
-        A mode given a verdict gate but no band gate bands its hits with the
-        verdict gate's cut points. A verdict gate applies to its mode's model's
-        log-odds when ``models`` gives one, otherwise to the fixed grounding
-        statistic (:func:`~hopmem.agent.verdict.grounding_statistic`), which is
-        also what gates stored before verdict models existed apply to.
-        """
-        self._check_open()
+        """See :meth:`hopmem.agent.AgentMemory.set_gates`."""
+        state = self._state
+        state.check_open()
         band_gates = dict(band_gates or {})
         models = dict(models or {})
-        with self._lock:
-            with self._store.transaction():
+        with state.lock:
+            with state.store.transaction():
                 for mode, gate in gates.items():
                     if mode not in RECALL_MODES:
                         raise InvalidInput(f"gates: unknown mode {mode!r}; expected one of {RECALL_MODES}")
-                    key, band_key = f"gate:{self.namespace}:{mode}", f"bands:{self.namespace}:{mode}"
-                    model_key = f"verdict:{self.namespace}:{mode}"
+                    key, band_key = f"gate:{state.namespace}:{mode}", f"bands:{state.namespace}:{mode}"
+                    model_key = f"verdict:{state.namespace}:{mode}"
                     band = band_gates.get(mode)
                     model = models.get(mode)
                     for name, value, kind in (("gate", gate, Gate), ("band gate", band, Gate),
@@ -228,41 +187,40 @@ class CalibrationMixin(RecallMixin):
                         raise InvalidInput(f"verdict model of {mode!r}: expected features among "
                                            f"{sorted(MODE_FEATURES[mode])}, got {model.features}")
                     if gate is None:
-                        self._store.delete_meta(key)
-                        self._store.delete_meta(band_key)
-                        self._store.delete_meta(model_key)
-                        self._gates.pop(mode, None)
-                        self._band_gates.pop(mode, None)
-                        self._models.pop(mode, None)
+                        state.store.delete_meta(key)
+                        state.store.delete_meta(band_key)
+                        state.store.delete_meta(model_key)
+                        state.gates.pop(mode, None)
+                        state.band_gates.pop(mode, None)
+                        state.models.pop(mode, None)
                         continue
-                    self._store.set_json(key, gate.to_dict())
-                    self._gates[mode] = gate
+                    state.store.set_json(key, gate.to_dict())
+                    state.gates[mode] = gate
                     if band is None:
-                        self._store.delete_meta(band_key)
-                        self._band_gates.pop(mode, None)
+                        state.store.delete_meta(band_key)
+                        state.band_gates.pop(mode, None)
                     else:
-                        self._store.set_json(band_key, band.to_dict())
-                        self._band_gates[mode] = band
+                        state.store.set_json(band_key, band.to_dict())
+                        state.band_gates[mode] = band
                     if model is None:
-                        self._store.delete_meta(model_key)
-                        self._models.pop(mode, None)
+                        state.store.delete_meta(model_key)
+                        state.models.pop(mode, None)
                     else:
-                        self._store.set_json(model_key, model.to_dict())
-                        self._models[mode] = model
-            self._data_version = self._store.data_version()
+                        state.store.set_json(model_key, model.to_dict())
+                        state.models[mode] = model
+            state.mark_synced()
 
     @property
     def gates(self) -> dict[str, Gate]:
-        """The calibrated verdict gates (modes without one use :data:`DEFAULT_GATES`)."""
-        return dict(self._gates)
+        """See :attr:`hopmem.agent.AgentMemory.gates`."""
+        return dict(self._state.gates)
 
     @property
     def band_gates(self) -> dict[str, Gate]:
-        """The calibrated band gates (hits are banded by the verdict gate where none is set)."""
-        return dict(self._band_gates)
+        """See :attr:`hopmem.agent.AgentMemory.band_gates`."""
+        return dict(self._state.band_gates)
 
     @property
     def verdict_models(self) -> dict[str, VerdictModel]:
-        """The verdict models stored with the calibrated gates (a gate without one is on the grounding
-        statistic; modes without a gate use :data:`~hopmem.agent.verdict.DEFAULT_MODELS`)."""
-        return dict(self._models)
+        """See :attr:`hopmem.agent.AgentMemory.verdict_models`."""
+        return dict(self._state.models)

@@ -1,12 +1,15 @@
 """The state every agent-memory operation works on, and the helpers they share.
 
-:class:`MemoryCore` holds one namespace of one SQLite file: the store, the
+:class:`MemoryState` holds one namespace of one SQLite file: the store, the
 encoder contract (name, dimension, fingerprint, centring mean), the in-memory
-index (:mod:`hopmem.agent.index`), the calibrated gates, the clock, the lock and
-the event bus. It loads the namespace, notices other controllers' commits, adds
-and drops rows, encodes and centres text, and derives an entry's utility,
-retention and visibility. The operations are mixins over it (writes, recall,
-calibration, feedback, maintenance); :class:`~hopmem.agent.AgentMemory` combines them.
+index (:mod:`hopmem.agent.index`), the calibrated gates and verdict models, the
+clock, the lock, the event bus, the recall settings and the write and retention
+policies. It loads the namespace, notices other controllers' commits, adds and
+drops rows, encodes and centres text, and derives an entry's utility, retention
+and visibility. Its public attributes and methods are the whole interface the
+operations see: each is a small class holding the state (writes, recall,
+calibration, feedback, maintenance), and :class:`~hopmem.agent.AgentMemory`
+composes them.
 """
 
 from __future__ import annotations
@@ -30,7 +33,6 @@ from ..text.encoders import Encoder, encoder_dim
 from ..text.gates import Gate
 from . import english
 from . import keyword as kw
-from ._recaller import Recaller, RecallView
 from ._settings import RecallSettings
 from .config import RECALL_MODES, RecallConfig
 from .encoding import encode_batches, encoder_record, is_encoder, space_centerer
@@ -46,7 +48,7 @@ from .validation import identity, now_checked, seconds, timestamp
 from .verdict import MODE_FEATURES, VerdictModel
 from .write_policy import WritePolicy
 
-__all__ = ["MemoryCore"]
+__all__ = ["MemoryState"]
 
 logger = logging.getLogger("hopmem.agent")
 
@@ -57,21 +59,27 @@ def _is_reranker(obj: object) -> bool:
             and 1 <= depth <= 100)
 
 
-class MemoryCore:
-    """One namespace of one agent-memory file, in memory; the base of :class:`~hopmem.agent.AgentMemory`."""
+class MemoryState:
+    """One namespace of one agent-memory file, in memory: what :class:`~hopmem.agent.AgentMemory`'s parts share.
 
-    def _init(self, path: str | os.PathLike[str], *, encoder: Encoder, namespace: str, reinforcement: bool,
-              forgetting: ForgettingPolicy | float | None, clock: Callable[[], float] | None,
-              label_policy: LabelPolicy | None, labeler: Labeler | None, kinds: Mapping[str, KindPolicy] | None,
-              capacity: int | None, session_ttl: float | datetime.timedelta | None, centerer: Centerer | None,
-              config: RecallConfig | None, day_zero: float | None, receipt_ttl: float | datetime.timedelta,
-              max_receipts: int, reranker: Reranker | Literal[False] | None = None,
-              write_policy: WritePolicy | None = None, tuning: Tuning | None = None) -> None:
+    Built from :meth:`~hopmem.agent.AgentMemory.open`'s arguments (see there), checked; it
+    opens the file (and closes it again if the file's encoder or centring mean does not match).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, encoder: Encoder, namespace: str,
+                 reinforcement: bool = False, forgetting: ForgettingPolicy | float | None = None,
+                 clock: Callable[[], float] | None = None, label_policy: LabelPolicy | None = None,
+                 labeler: Labeler | None = None, kinds: Mapping[str, KindPolicy] | None = None,
+                 capacity: int | None = None, session_ttl: float | datetime.timedelta | None = None,
+                 centerer: Centerer | None = None, config: RecallConfig | None = None,
+                 day_zero: float | None = None, receipt_ttl: float | datetime.timedelta = 3600.0,
+                 max_receipts: int = 1000, reranker: Reranker | Literal[False] | None = None,
+                 write_policy: WritePolicy | None = None, tuning: Tuning | None = None) -> None:
         self.namespace = identity(namespace, "namespace", required=True)
         if not is_encoder(encoder):
             raise InvalidInput(f"encoder: expected an Encoder (with encode, name, dim, fingerprint), got {encoder!r}")
-        self._clock = clock if clock is not None else time.time
-        if not callable(self._clock):
+        self.clock = clock if clock is not None else time.time
+        if not callable(self.clock):
             raise InvalidInput(f"clock: expected a callable returning seconds, got {type(clock).__name__}")
         if isinstance(forgetting, (int, float)) and not isinstance(forgetting, bool):
             forgetting = ForgettingPolicy(half_life=float(forgetting))
@@ -127,33 +135,23 @@ class MemoryCore:
         self.receipt_ttl = receipt_seconds
         self.max_receipts = max_receipts
         self.events = EventBus()
-        self._lock = threading.RLock()
-        self._closed = False
-        now = self._now()
-        self._store = AgentStore(os.fspath(path), now=now)
+        self.lock = threading.RLock()
+        self.closed = False
+        now = self.now()
+        self.store = AgentStore(os.fspath(path), now=now)
         try:
             self._check_contract(centerer, now)
-            self._reranker = self._resolve_reranker()
-            self._load()
-            self._recaller = Recaller(self._recall_view())
+            self.reranker = self.resolve_reranker()
+            self.load()
         except BaseException:
-            self._store.close()
+            self.store.close()
             raise
 
-    def _recall_view(self) -> RecallView:
-        """What recall reads of this memory (:class:`~hopmem.agent._recaller.RecallView`)."""
-        return RecallView(
-            namespace=self.namespace, config=lambda: self.settings, rows=lambda: self._rows,
-            by_time=lambda: self._by_time, partitions=lambda: self._partitions, fts=lambda: self._fts,
-            store=lambda: self._store, reranker=lambda: self._reranker,
-            gates=lambda: (self._gates, self._band_gates, self._models), expired=self._expired,
-            suppressed=self._suppressed, utility=lambda: self._utility if self.reinforcement else None,
-            retention=lambda: self._retention if self.forgetting is not None else None)
+    def now(self) -> float:
+        """The clock's time, checked."""
+        return now_checked(self.clock)
 
-    def _now(self) -> float:
-        return now_checked(self._clock)
-
-    def _resolve_reranker(self) -> Reranker | None:
+    def resolve_reranker(self) -> Reranker | None:
         """The reranker recall uses: the one given to :meth:`open`, none (``False``), or (``None``) the one
         shipped for this file's encoder and centring mean (:func:`~hopmem.agent.rerank.shipped_reranker`)."""
         choice = self._reranker_choice
@@ -166,7 +164,7 @@ class MemoryCore:
 
     def _check_contract(self, centerer: Centerer | None, now: float) -> None:
         """Record or verify the encoder and the centring mean: never mix vector spaces."""
-        store = self._store
+        store = self.store
         info = encoder_record(self.encoder)
         name, fingerprint = info["name"], info["fingerprint"]
         recorded = store.get_json("encoder")
@@ -194,42 +192,43 @@ class MemoryCore:
 
     # -- the in-memory index --------------------------------------------------------------
 
-    def _load(self) -> None:
-        recorded = self._store.get_json("encoder")
+    def load(self) -> None:
+        """(Re)build the in-memory index, counters, gates and models of the namespace from the file."""
+        recorded = self.store.get_json("encoder")
         if recorded is not None and recorded.get("fingerprint") != self.encoder_info["fingerprint"]:
             raise IncompatibleStore(
-                f"{self._store.path} now holds vectors of encoder {recorded.get('name')!r} (fingerprint "
+                f"{self.store.path} now holds vectors of encoder {recorded.get('name')!r} (fingerprint "
                 f"{recorded.get('fingerprint')}); this controller uses {self.encoder_info['name']!r}: reopen it "
                 "with that encoder")
-        self._rows: dict[int, Row] = {}
-        self._by_time: list[tuple[float, int]] = []  # (created_at, id), sorted: time windows
-        self._partitions: dict[str | None, Partition] = {}
-        self._fts: dict[str | None, str] = self._store.fts_tables(self.namespace)
-        self._ingest(self._store.load_entries(self.namespace))
-        self._data_version = self._store.data_version()
-        self._receipts = self._store.count_receipts(self.namespace)
-        self._recalls = 0
-        self._gates: dict[str, Gate] = {}
-        self._band_gates: dict[str, Gate] = {}
-        self._models: dict[str, VerdictModel] = {}  # a gate stored without one is on the grounding statistic
+        self.rows: dict[int, Row] = {}
+        self.by_time: list[tuple[float, int]] = []  # (created_at, id), sorted: time windows
+        self.partitions: dict[str | None, Partition] = {}
+        self.fts: dict[str | None, str] = self.store.fts_tables(self.namespace)
+        self._ingest(self.store.load_entries(self.namespace))
+        self.data_version = self.store.data_version()
+        self.receipts = self.store.count_receipts(self.namespace)
+        self.recalls = 0
+        self.gates: dict[str, Gate] = {}
+        self.band_gates: dict[str, Gate] = {}
+        self.models: dict[str, VerdictModel] = {}  # a gate stored without one is on the grounding statistic
         for mode in RECALL_MODES:
-            raw = self._store.get_json(f"gate:{self.namespace}:{mode}")
+            raw = self.store.get_json(f"gate:{self.namespace}:{mode}")
             if raw is not None:
-                self._gates[mode] = Gate.from_dict(raw)
-            raw = self._store.get_json(f"bands:{self.namespace}:{mode}")
+                self.gates[mode] = Gate.from_dict(raw)
+            raw = self.store.get_json(f"bands:{self.namespace}:{mode}")
             if raw is not None:
-                self._band_gates[mode] = Gate.from_dict(raw)
-            raw = self._store.get_json(f"verdict:{self.namespace}:{mode}")
+                self.band_gates[mode] = Gate.from_dict(raw)
+            raw = self.store.get_json(f"verdict:{self.namespace}:{mode}")
             if raw is not None:
                 model = VerdictModel.from_dict(raw)
                 if set(model.features) <= MODE_FEATURES[mode]:
-                    self._models[mode] = model
+                    self.models[mode] = model
                 else:  # fitted on features recall no longer computes: back to the defaults until recalibrated
                     logger.warning("hopmem.agent: the stored %s verdict model of namespace %r reads features %s "
                                    "that are no longer computed; using the default model and gate: call calibrate()",
                                    mode, self.namespace, list(model.features))
-                    self._gates.pop(mode, None)
-                    self._band_gates.pop(mode, None)
+                    self.gates.pop(mode, None)
+                    self.band_gates.pop(mode, None)
 
     def _ingest(self, rows: Iterable[Any]) -> None:
         for rec in rows:
@@ -248,99 +247,116 @@ class MemoryCore:
                 manual_feedback=None if rec["manual_feedback"] is None else float(rec["manual_feedback"]),
                 exposures=int(rec["exposures"]), expired_notified=bool(rec["expired_notified"]),
             )
-            self._add_row(row)
-        for row in self._rows.values():
+            self.add_row(row)
+        for row in self.rows.values():
             row.supersedes = []
-        for row in self._rows.values():
-            if row.superseded_by is not None and row.superseded_by in self._rows:
-                self._rows[row.superseded_by].supersedes.append(row.id)
+        for row in self.rows.values():
+            if row.superseded_by is not None and row.superseded_by in self.rows:
+                self.rows[row.superseded_by].supersedes.append(row.id)
 
-    def _add_row(self, row: Row) -> None:
+    def add_row(self, row: Row) -> None:
+        """Index a row just stored (its partition, tokens, vector and word counts)."""
         row.partition = row.session_id if row.durability == "session" else None
         row.value_tokens = value_tokens(row.text)
         row.stems = frozenset(kw.stem(t) for t in kw.query_terms(row.text))
         if row.supersedes is None:
             row.supersedes = []
-        self._rows[row.id] = row
-        bisect.insort(self._by_time, (row.created_at, row.id))
-        partition = self._partitions.get(row.partition)
+        self.rows[row.id] = row
+        bisect.insort(self.by_time, (row.created_at, row.id))
+        partition = self.partitions.get(row.partition)
         if partition is None:
-            partition = self._partitions[row.partition] = Partition(self.dim)
+            partition = self.partitions[row.partition] = Partition(self.dim)
         partition.append(row.id, row.vector)
         partition.engine_append(row.id)
         partition.count_terms(row.stems, +1)
 
-    def _drop_rows(self, ids: Iterable[int]) -> None:
+    def drop_rows(self, ids: Iterable[int]) -> None:
+        """Take rows just deleted out of the index, and unlink their supersession."""
         for entry_id in ids:
-            row = self._rows.pop(entry_id, None)
+            row = self.rows.pop(entry_id, None)
             if row is None:
                 continue
-            at = bisect.bisect_left(self._by_time, (row.created_at, row.id))
-            if at < len(self._by_time) and self._by_time[at] == (row.created_at, row.id):
-                del self._by_time[at]
-            partition = self._partitions.get(row.partition)
+            at = bisect.bisect_left(self.by_time, (row.created_at, row.id))
+            if at < len(self.by_time) and self.by_time[at] == (row.created_at, row.id):
+                del self.by_time[at]
+            partition = self.partitions.get(row.partition)
             if partition is not None:
                 partition.kill(entry_id)
                 partition.count_terms(row.stems, -1)
                 partition.compact_if_needed(self.settings.rebuild_dead_fraction)
-            newer = self._rows.get(row.superseded_by) if row.superseded_by is not None else None
+            newer = self.rows.get(row.superseded_by) if row.superseded_by is not None else None
             if newer is not None and entry_id in newer.supersedes:
                 newer.supersedes.remove(entry_id)
             for older_id in row.supersedes:
-                older = self._rows.get(older_id)
+                older = self.rows.get(older_id)
                 if older is not None and older.superseded_by == entry_id:
                     older.superseded_by = None
 
-    def _sync(self) -> None:
+    def sync(self) -> None:
         """Reload when another connection has committed to the file since we last looked."""
-        version = self._store.data_version()
-        if version != self._data_version:
-            logger.debug("hopmem.agent: %s changed on disk; reloading namespace %r", self._store.path, self.namespace)
-            self._load()
+        version = self.store.data_version()
+        if version != self.data_version:
+            logger.debug("hopmem.agent: %s changed on disk; reloading namespace %r", self.store.path, self.namespace)
+            self.load()
 
-    def _check_open(self) -> None:
-        if self._closed:
+    def close(self) -> None:
+        """Release the file. Idempotent."""
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            self.store.close()
+
+    def mark_synced(self) -> None:
+        """Note the file's version after this controller's own commit (so :meth:`sync` does not reload)."""
+        self.data_version = self.store.data_version()
+
+    def check_open(self) -> None:
+        """Refuse to work once closed."""
+        if self.closed:
             raise InvalidInput("this AgentMemory is closed")
 
-    def _fts_for(self, part_key: str | None) -> str:
-        name = self._fts.get(part_key)
+    def fts_for(self, part_key: str | None) -> str:
+        """The FTS5 table of a partition (None: the shared one), created when it has none yet."""
+        name = self.fts.get(part_key)
         if name is None:
-            name = self._fts[part_key] = self._store.create_fts(self.namespace, part_key, now=self._now())
-            self._data_version = self._store.data_version()
+            name = self.fts[part_key] = self.store.create_fts(self.namespace, part_key, now=self.now())
+            self.mark_synced()
         return name
 
-    def _delete(self, rows: Iterable[Row]) -> None:
+    def delete(self, rows: Iterable[Row]) -> None:
         """Delete rows from the file (inside the caller's transaction), grouped by FTS table."""
         by_fts: dict[str, list[int]] = {}
         for row in rows:
-            by_fts.setdefault(self._fts_for(row.partition), []).append(row.id)
+            by_fts.setdefault(self.fts_for(row.partition), []).append(row.id)
         if by_fts:
-            self._store.delete_entries(self.namespace, by_fts)
+            self.store.delete_entries(self.namespace, by_fts)
 
     # -- encoding -------------------------------------------------------------------------------
 
-    def _encode(self, texts: Sequence[str], progress: bool | None = False) -> np.ndarray:
+    def encode(self, texts: Sequence[str], progress: bool | None = False) -> np.ndarray:
         """Checked, centred vectors for ``texts`` with this memory's encoder (in batches; see ``encoding``)."""
         return encode_batches(self.encoder, self.centerer, self.dim, texts, progress=progress)
 
     # -- derived per-row values ------------------------------------------------------------------------
 
-    def _utility(self, row: Row) -> float:
+    def utility(self, row: Row) -> float:
         return utility(row.eval_sum, row.eval_weight, row.manual_feedback)
 
-    def _retention(self, row: Row, now: float) -> float:
+    def retention(self, row: Row, now: float) -> float:
         kind = self.kinds.get(row.kind)
         return retention(self.forgetting, now=now, reinforced_at=row.reinforced_at, importance=row.importance,
-                         utility_value=self._utility(row) if self.reinforcement else 0.0,
+                         utility_value=self.utility(row) if self.reinforcement else 0.0,
                          manual=row.manual_feedback, kind_factor=kind.half_life_factor if kind else 1.0)
 
-    def _expired(self, row: Row, now: float) -> bool:
+    def expired(self, row: Row, now: float) -> bool:
         return row.expires_at is not None and row.expires_at <= now
 
-    def _suppressed(self, row: Row, now: float) -> bool:
-        return self.forgetting is not None and self._retention(row, now) < self.forgetting.threshold
+    def suppressed(self, row: Row, now: float) -> bool:
+        return self.forgetting is not None and self.retention(row, now) < self.forgetting.threshold
 
-    def _entry(self, row: Row, now: float, merged: bool = False) -> Entry:
+    def entry(self, row: Row, now: float, merged: bool = False) -> Entry:
+        """The public :class:`~hopmem.agent.Entry` of a row at ``now``."""
         return Entry(
             id=row.id, text=row.text, namespace=self.namespace, session_id=row.session_id,
             durability=row.durability, kind=row.kind, importance=row.importance,
@@ -348,19 +364,21 @@ class MemoryCore:
             inferred_labels={k: list(v) for k, v in row.inferred_labels.items()},
             metadata=row.metadata, created_at=row.created_at, updated_at=row.updated_at,
             reinforced_at=row.reinforced_at, expires_at=row.expires_at, merged_count=row.merged_count,
-            superseded_by=row.superseded_by, utility=self._utility(row), manual_feedback=row.manual_feedback,
-            exposures=row.exposures, retention=self._retention(row, now), expired=self._expired(row, now),
-            suppressed=self._suppressed(row, now), merged=merged,
+            superseded_by=row.superseded_by, utility=self.utility(row), manual_feedback=row.manual_feedback,
+            exposures=row.exposures, retention=self.retention(row, now), expired=self.expired(row, now),
+            suppressed=self.suppressed(row, now), merged=merged,
         )
 
-    def _emit(self, type_: str, session_id: str | None, now: float, **data: Any) -> None:
+    def emit(self, type_: str, session_id: str | None, now: float, **data: Any) -> None:
+        """Send an event to the subscribers (if any)."""
         if self.events.has_subscribers():
             self.events.emit(MemoryEvent(type_, self.namespace, session_id, now, data))
 
-    def _row(self, entry_id: Any) -> Row:
+    def row(self, entry_id: Any) -> Row:
+        """The row of ``entry_id`` (checked), or NotFound."""
         if isinstance(entry_id, bool) or not isinstance(entry_id, (int, np.integer)):
             raise InvalidInput(f"entry_id: expected an int, got {entry_id!r}")
-        row = self._rows.get(int(entry_id))
+        row = self.rows.get(int(entry_id))
         if row is None:
             raise NotFound(f"no entry {entry_id} in namespace {self.namespace!r}")
         return row

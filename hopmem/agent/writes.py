@@ -2,7 +2,7 @@
 
 A write is one encoder call, a centring, a few cosines against the entry's own
 partition and one SQLite transaction; the entry is committed before
-:meth:`WritesMixin.remember` returns. An optional labeler runs after the
+:meth:`Writes.remember` returns. An optional labeler runs after the
 commit and can only add boost labels.
 """
 
@@ -23,14 +23,15 @@ from ..engine.memory import top_k_dot
 from ..errors import InvalidInput, NotFound
 from . import keyword as kw
 from .config import DURABILITIES
-from .core import MemoryCore
+from .core import MemoryState
 from .index import Row, source_of, value_tokens
 from .results import Entry
 from .retention import entry_value
 from .store import vector_blob
 from .validation import identity, seconds, statement
+from .write_policy import WritePolicy
 
-__all__ = ["WritesMixin", "NEAR_DUPLICATE_WINDOW"]
+__all__ = ["Writes", "NEAR_DUPLICATE_WINDOW"]
 
 logger = logging.getLogger("hopmem.agent")
 
@@ -38,18 +39,26 @@ logger = logging.getLogger("hopmem.agent")
 #: merged as a restatement; further apart it is stored as a new entry.
 NEAR_DUPLICATE_WINDOW = 3600.0
 
-#: Statements :meth:`WritesMixin.remember_many` stores per SQLite transaction. One commit per batch
+#: Statements :meth:`Writes.remember_many` stores per SQLite transaction. One commit per batch
 #: instead of one per statement is what makes bulk imports fast: the full-text index is flushed and
 #: merged once per commit, which costs more than storing the statement itself.
 WRITE_BATCH = 256
 
 
-class WritesMixin(MemoryCore):
-    """:meth:`remember` and :meth:`remember_many`, with dedup, supersession and eviction."""
+class Writes:
+    """:meth:`remember` and :meth:`remember_many` of :class:`~hopmem.agent.AgentMemory`, over its state, with
+    dedup, supersession and eviction."""
 
-    #: While :meth:`remember_many` holds a batch's transaction open: what to run once it commits
-    #: (events and the labeler, which must not see a write that could still be rolled back).
-    _after_commit: list[Callable[[], None]] | None = None
+    def __init__(self, state: MemoryState) -> None:
+        self._state = state
+        #: While :meth:`remember_many` holds a batch's transaction open: what to run once it commits
+        #: (events and the labeler, which must not see a write that could still be rolled back).
+        self._after_commit: list[Callable[[], None]] | None = None
+
+    @property
+    def write_policy(self) -> WritePolicy:
+        """The state's write policy (its dedup and supersession thresholds)."""
+        return self._state.write_policy
 
     def _when_committed(self, action: Callable[[], None]) -> None:
         """Run ``action`` now, or after the open batch's commit (dropped if the batch rolls back)."""
@@ -73,37 +82,7 @@ class WritesMixin(MemoryCore):
         supersedes: int | None = None,
         write_id: str | None = None,
     ) -> Entry:
-        """Store a self-contained statement; returns the (new or merged-into) :class:`Entry`.
-
-        The entry (text, vector, explicit labels) is committed before this
-        returns. The same statement again in the same scope, or a
-        near-identical one made within :data:`NEAR_DUPLICATE_WINDOW` of it, is
-        merged into the existing entry (``merged_count`` grows, nothing is
-        lost: the new wording, its metadata and its time are kept as a variant,
-        see :meth:`variants`); a near-identical statement made later is a new
-        entry. A similar statement phrased as a change (same kind and scope,
-        cosine at least ``write_policy.supersede_cosine``, an update cue) supersedes
-        the older one (the old entry links to the new one). A conversation
-        turn, a statement whose ``metadata`` names its ``"speaker"`` or
-        ``"source"``, merges only with the same source's statements and
-        neither supersedes nor is superseded automatically (``supersedes=``
-        still works).
-
-        ``durability="session"`` needs ``session_id`` and makes the entry
-        visible only to recalls with that session id. ``created_at`` (clock
-        seconds) back-dates an import; by default it is the clock's now.
-        ``supersedes`` names the entry this statement replaces (it must be
-        visible in the same scope); without it supersession is detected as
-        described in :class:`WritePolicy`.
-
-        ``write_id`` (a non-empty string of at most 256 characters, unique per
-        call) is recorded in the transaction that stores the statement, so a
-        call retried after an ambiguous failure (a lost connection, a host
-        that died before answering) is applied once: a repeat answers the
-        entry the first call made or merged into (as it is now), without
-        storing anything; the same id with another statement or scope is
-        :class:`~hopmem.errors.InvalidInput`.
-        """
+        """See :meth:`hopmem.agent.AgentMemory.remember`."""
         return self._remember(text, None, session_id=session_id, durability=durability, kind=kind,
                               importance=importance, labels=labels, ttl=ttl, metadata=metadata,
                               created_at=created_at, supersedes=supersedes, write_id=write_id)
@@ -113,16 +92,17 @@ class WritesMixin(MemoryCore):
                   ttl: float | _dt.timedelta | None, metadata: Any, created_at: float | None,
                   supersedes: int | None, write_id: str | None = None) -> Entry:
         """:meth:`remember`, with the statement's centred vector when the caller has encoded it already."""
-        self._check_open()
+        state = self._state
+        state.check_open()
         text = statement(text)
         if durability not in DURABILITIES:
             raise InvalidInput(f"durability: expected 'shared' or 'session', got {durability!r}")
         session_id = identity(session_id, "session_id", required=durability == "session")
-        if kind not in self.kinds:
-            raise InvalidInput(f"kind: expected one of {sorted(self.kinds)}, got {kind!r}")
+        if kind not in state.kinds:
+            raise InvalidInput(f"kind: expected one of {sorted(state.kinds)}, got {kind!r}")
         if isinstance(importance, bool) or not isinstance(importance, (int, float)) or not 0.0 <= importance <= 1.0:
             raise InvalidInput(f"importance: expected a number in [0, 1], got {importance!r}")
-        explicit = self.label_policy.normalise(labels, strict=True)
+        explicit = state.label_policy.normalise(labels, strict=True)
         ttl_s = seconds(ttl, "ttl")
         try:
             meta_json = None if metadata is None else json.dumps(metadata, sort_keys=True)
@@ -132,28 +112,28 @@ class WritesMixin(MemoryCore):
         digest = "" if wid is None else hashlib.sha256(json.dumps(
             [text, session_id, durability, kind, meta_json]).encode()).hexdigest()
         if vector is None:
-            vector = self._encode([text])[0]
+            vector = state.encode([text])[0]
         if not np.any(vector):
             raise InvalidInput(f"text: the encoder gives it no direction after centring: {text!r:.80}")
-        with self._lock:
-            self._check_open()
-            self._sync()
-            now = self._now()
+        with state.lock:
+            state.check_open()
+            state.sync()
+            now = state.now()
             if wid is not None:
-                repeat = self._store.write_id(self.namespace, wid)
+                repeat = state.store.write_id(state.namespace, wid)
                 if repeat is not None:
                     return self._repeated(wid, digest, repeat, now)
             created = now if created_at is None else float(created_at)
             partition_key = session_id if durability == "session" else None
             norm = kw.normalise_text(text)
             if ttl_s is None:
-                kind_ttl = self.kinds[kind].ttl
+                kind_ttl = state.kinds[kind].ttl
                 ttl_s = kind_ttl
-                if durability == "session" and self.session_ttl is not None:
-                    ttl_s = self.session_ttl if ttl_s is None else min(ttl_s, self.session_ttl)
+                if durability == "session" and state.session_ttl is not None:
+                    ttl_s = state.session_ttl if ttl_s is None else min(ttl_s, state.session_ttl)
             expires = None if ttl_s is None else created + ttl_s
             if supersedes is not None:
-                old_row = self._row(supersedes)
+                old_row = state.row(supersedes)
                 if old_row.partition != partition_key:
                     raise NotFound(f"no entry {supersedes} in this scope to supersede")
             target, similar = self._find_duplicate(partition_key, kind, text, norm, vector, now, created,
@@ -162,7 +142,7 @@ class WritesMixin(MemoryCore):
                 return self._merge(target, text, meta_json, explicit, importance, expires, session_id, now,
                                    created, wid, digest)
             values = {
-                "namespace": self.namespace, "session_id": session_id if durability == "session" else None,
+                "namespace": state.namespace, "session_id": session_id if durability == "session" else None,
                 "durability": durability, "kind": kind, "text": text, "norm_text": norm,
                 "vector": vector_blob(vector), "importance": float(importance),
                 "labels": json.dumps(explicit, sort_keys=True), "inferred_labels": "{}",
@@ -171,42 +151,42 @@ class WritesMixin(MemoryCore):
             }
             superseded = self._supersession_target(similar, kind, text, created, supersedes, metadata)
             evicted: list[Row] = []
-            fts = self._fts_for(partition_key)
-            with self._store.transaction():
-                entry_id = self._store.insert_entry(fts, values)
+            fts = state.fts_for(partition_key)
+            with state.store.transaction():
+                entry_id = state.store.insert_entry(fts, values)
                 if wid is not None:
-                    self._store.record_write_id(self.namespace, wid, digest, entry_id, False, now)
+                    state.store.record_write_id(state.namespace, wid, digest, entry_id, False, now)
                 for old in superseded:
-                    self._store.update_entry(old.id, self.namespace, superseded_by=entry_id, updated_at=now)
-                if self.capacity is not None:
+                    state.store.update_entry(old.id, state.namespace, superseded_by=entry_id, updated_at=now)
+                if state.capacity is not None:
                     evicted = self._choose_evictions(now, exclude=entry_id, adding=1)
-                    self._delete(evicted)
-            self._data_version = self._store.data_version()
+                    state.delete(evicted)
+            state.mark_synced()
             row = Row(id=entry_id, session_id=values["session_id"], durability=durability, kind=kind, text=text,
                        norm_text=norm, vector=vector, importance=float(importance), labels=explicit,
                        inferred_labels={}, metadata=metadata, created_at=created, updated_at=now,
                        reinforced_at=created, expires_at=expires, merged_count=0, superseded_by=None,
                        eval_sum=0.0, eval_weight=0.0, manual_feedback=None, exposures=0,
                        expired_notified=False, supersedes=[])
-            self._add_row(row)
+            state.add_row(row)
             for old in superseded:
                 old.superseded_by = entry_id
                 old.updated_at = now
                 row.supersedes.append(old.id)
-            self._drop_rows(r.id for r in evicted)
+            state.drop_rows(r.id for r in evicted)
 
         def announce() -> None:
-            self._emit("remembered", session_id, now, id=entry_id, text=text, kind=kind, durability=durability,
+            state.emit("remembered", session_id, now, id=entry_id, text=text, kind=kind, durability=durability,
                        labels=explicit)
             for old in superseded:
-                self._emit("superseded", session_id, now, id=old.id, text=old.text, superseded_by=entry_id)
+                state.emit("superseded", session_id, now, id=old.id, text=old.text, superseded_by=entry_id)
             for gone in evicted:
-                self._emit("evicted", gone.session_id, now, id=gone.id, text=gone.text)
+                state.emit("evicted", gone.session_id, now, id=gone.id, text=gone.text)
             self._infer_labels(entry_id, text, session_id)
 
         self._when_committed(announce)
-        with self._lock:
-            return self._entry(row, self._now())
+        with state.lock:
+            return state.entry(row, state.now())
 
     def _find_duplicate(self, partition_key: str | None, kind: str, text: str, norm: str, vector: np.ndarray,
                         now: float, created: float, metadata: Any) -> tuple[Row | None, list[tuple[float, Row]]]:
@@ -221,7 +201,8 @@ class WritesMixin(MemoryCore):
         "next month I'm having an art show" and, weeks later, "I'm putting
         together an art show next month") and is stored as its own entry.
         """
-        partition = self._partitions.get(partition_key)
+        state = self._state
+        partition = state.partitions.get(partition_key)
         if partition is None or partition.live == 0:
             return None, []
         rows_idx, scores = top_k_dot(partition.matrix[: partition.n], vector[None, :], min(16, partition.n))
@@ -231,8 +212,8 @@ class WritesMixin(MemoryCore):
         for r, s in zip(rows_idx[0], scores[0]):
             if not partition.alive[r]:
                 continue
-            row = self._rows.get(int(partition.ids[r]))
-            if row is None or self._expired(row, now):
+            row = state.rows.get(int(partition.ids[r]))
+            if row is None or state.expired(row, now):
                 continue
             if not _samesource_of(row.metadata, metadata):
                 if s >= self.write_policy.supersede_cosine:
@@ -259,7 +240,7 @@ class WritesMixin(MemoryCore):
         are everyday words, and a similar later turn is nearly always a new event, not a change of the
         earlier one's state. ``supersedes=`` still links turns explicitly."""
         if explicit is not None:
-            return [self._row(explicit)]
+            return [self._state.row(explicit)]
         if source_of(metadata) is not None or not self.write_policy.phrased_as_change(text):
             return []
         heads = [(s, r) for s, r in similar if r.superseded_by is None and r.kind == kind and r.created_at <= created
@@ -274,27 +255,28 @@ class WritesMixin(MemoryCore):
         if first != digest:
             raise InvalidInput(f"write_id: expected {wid!r} with the statement and scope it was first "
                                f"used with, got another (give each call its own id)")
-        row = self._rows.get(entry_id)
+        row = self._state.rows.get(entry_id)
         if row is None:
             raise NotFound(f"write_id {wid!r}: its entry {entry_id} has been forgotten or evicted since")
-        return self._entry(row, now, merged=merged)
+        return self._state.entry(row, now, merged=merged)
 
     def _merge(self, row: Row, text: str, meta_json: str | None, explicit: dict, importance: float,
                expires: float | None, session_id: str | None, now: float, created: float,
                wid: str | None = None, digest: str = "") -> Entry:
-        labels = self.label_policy.merge(row.labels, explicit)
+        state = self._state
+        labels = state.label_policy.merge(row.labels, explicit)
         new_importance = max(row.importance, float(importance))
         new_expires = None if (row.expires_at is None or expires is None) else max(row.expires_at, expires)
-        with self._store.transaction():
-            self._store.update_entry(
-                row.id, self.namespace, merged_count=row.merged_count + 1, importance=new_importance,
+        with state.store.transaction():
+            state.store.update_entry(
+                row.id, state.namespace, merged_count=row.merged_count + 1, importance=new_importance,
                 labels=json.dumps(labels, sort_keys=True), updated_at=now, reinforced_at=now,
                 expires_at=new_expires)
             if text != row.text or meta_json is not None:  # the merged statement's own time and metadata
-                self._store.add_variant(row.id, text, meta_json, created)
+                state.store.add_variant(row.id, text, meta_json, created)
             if wid is not None:
-                self._store.record_write_id(self.namespace, wid, digest, row.id, True, now)
-        self._data_version = self._store.data_version()
+                state.store.record_write_id(state.namespace, wid, digest, row.id, True, now)
+        state.mark_synced()
         row.merged_count += 1
         row.importance = new_importance
         row.labels = labels
@@ -302,45 +284,48 @@ class WritesMixin(MemoryCore):
         row.reinforced_at = now
         row.expires_at = new_expires
         merged_count = row.merged_count
-        self._when_committed(lambda: self._emit("merged", session_id, now, id=row.id, text=row.text,
+        self._when_committed(lambda: state.emit("merged", session_id, now, id=row.id, text=row.text,
                                                 merged_text=text, merged_count=merged_count))
-        return self._entry(row, now, merged=True)
+        return state.entry(row, now, merged=True)
 
     def _infer_labels(self, entry_id: int, text: str, session_id: str | None) -> None:
-        if self.labeler is None:
+        state = self._state
+        if state.labeler is None:
             return
         try:
-            inferred = self.label_policy.normalise(self.labeler(text), strict=False)
+            inferred = state.label_policy.normalise(state.labeler(text), strict=False)
         except Exception as exc:  # noqa: BLE001 - a labeler failure leaves a valid, unlabelled entry
             logger.warning("hopmem.agent: labeler failed on entry %s: %s", entry_id, exc)
-            self._emit("labeling_failed", session_id, self._now(), id=entry_id, error=repr(exc))
+            state.emit("labeling_failed", session_id, state.now(), id=entry_id, error=repr(exc))
             return
         if not inferred:
             return
-        with self._lock:
-            row = self._rows.get(entry_id)
+        with state.lock:
+            row = state.rows.get(entry_id)
             if row is None:
                 return
-            with self._store.transaction():
-                self._store.update_entry(entry_id, self.namespace, inferred_labels=json.dumps(inferred, sort_keys=True))
-            self._data_version = self._store.data_version()
+            with state.store.transaction():
+                state.store.update_entry(entry_id, state.namespace,
+                                         inferred_labels=json.dumps(inferred, sort_keys=True))
+            state.mark_synced()
             row.inferred_labels = inferred
 
     def _choose_evictions(self, now: float, exclude: int, adding: int) -> list[Row]:
         """Least valuable entries beyond capacity (never ``exclude``, the one being written)."""
-        if self.capacity is None:  # unbounded: nothing to evict (callers check this first)
+        state = self._state
+        if state.capacity is None:  # unbounded: nothing to evict (callers check this first)
             return []
-        excess = len(self._rows) + adding - self.capacity
+        excess = len(state.rows) + adding - state.capacity
         if excess <= 0:
             return []
-        scale = self.forgetting.half_life if self.forgetting else 30 * 86400.0
+        scale = state.forgetting.half_life if state.forgetting else 30 * 86400.0
         scored = []
-        for row in self._rows.values():
+        for row in state.rows.values():
             if row.id == exclude:
                 continue
             recency = math.exp(-max(0.0, now - max(row.reinforced_at, row.created_at)) / scale)
-            value = entry_value(row.importance, self._utility(row), recency)
-            if self._expired(row, now):
+            value = entry_value(row.importance, state.utility(row), recency)
+            if state.expired(row, now):
                 value -= 10.0  # expired entries go first
             scored.append((value, row.created_at, row.id, row))
         scored.sort(key=lambda t: (t[0], t[1], t[2]))
@@ -348,22 +333,8 @@ class WritesMixin(MemoryCore):
 
     def remember_many(self, items: Iterable[str | Mapping[str, Any]], *, progress: bool | None = None,
                       **defaults: Any) -> list[Entry]:
-        """:meth:`remember` each item: a text, or a dict of :meth:`remember`'s arguments with ``text``.
-
-        ``defaults`` apply to every item (an item's own arguments win). Every
-        item is checked for a text and known argument names, and all texts are
-        encoded in batches, before anything is stored: encoding statement by
-        statement is about 2.7 times slower with all-MiniLM-L6-v2. Then each
-        is stored as :meth:`remember` stores it, in order, :data:`WRITE_BATCH`
-        statements to a transaction; an item that :meth:`remember` would
-        refuse raises with the items before it stored (and committed). Every
-        returned entry is committed; a crash or a failed write during the
-        call keeps whole batches only, and events and the labeler follow
-        each batch's commit.
-        ``progress`` shows a bar while encoding (default: from
-        :data:`~hopmem.agent.encoding.PROGRESS_FROM` items on, when stderr is a terminal).
-        """
-        self._check_open()
+        """See :meth:`hopmem.agent.AgentMemory.remember_many`."""
+        self._state.check_open()
         if defaults.get("write_id") is not None:
             raise InvalidInput("write_id: expected one per item (in the item's dict), got one for every item")
         unknown = set(defaults) - REMEMBER_ARGS
@@ -387,7 +358,7 @@ class WritesMixin(MemoryCore):
             except InvalidInput as exc:
                 raise InvalidInput(f"items[{i}]: {exc}") from None
             calls.append((text, args))
-        vectors = self._encode([text for text, _ in calls], progress)
+        vectors = self._state.encode([text for text, _ in calls], progress)
         stored: list[Entry] = []
         for start in range(0, len(calls), WRITE_BATCH):
             refused = self._remember_batch(calls[start:start + WRITE_BATCH], vectors[start:start + WRITE_BATCH],
@@ -405,13 +376,14 @@ class WritesMixin(MemoryCore):
         failure after a statement started writing, or of the commit, rolls the whole batch back, reloads
         the rows from the file, and raises. (No savepoint per statement: FTS5 flushes its index at each
         one, which is the cost the batch is there to save.)"""
+        state = self._state
         refused: BaseException | None = None
-        with self._lock:
-            self._check_open()
+        with state.lock:
+            state.check_open()
             pending: list[Callable[[], None]] = []
             self._after_commit = pending
             try:
-                with self._store.transaction() as conn:
+                with state.store.transaction() as conn:
                     for (text, args), vector in zip(calls, vectors):
                         before = conn.total_changes
                         try:
@@ -422,11 +394,11 @@ class WritesMixin(MemoryCore):
                             refused = exc  # raised by the caller once the ones before it are committed
                             break
             except BaseException:
-                self._load()  # the file rolled the batch back: so do the rows in memory
+                state.load()  # the file rolled the batch back: so do the rows in memory
                 raise
             finally:
                 self._after_commit = None
-            self._data_version = self._store.data_version()
+            state.mark_synced()
         for action in pending:
             action()
         return refused
@@ -449,8 +421,8 @@ def _samesource_of(old: Any, new: Any) -> bool:
     return a is None or b is None or a == b
 
 
-#: :meth:`WritesMixin.remember`'s keyword arguments and their defaults.
+#: :meth:`Writes.remember`'s keyword arguments and their defaults.
 REMEMBER_DEFAULTS: dict[str, Any] = {
-    name: p.default for name, p in inspect.signature(WritesMixin.remember).parameters.items()
+    name: p.default for name, p in inspect.signature(Writes.remember).parameters.items()
     if p.kind is inspect.Parameter.KEYWORD_ONLY}
 REMEMBER_ARGS = frozenset(REMEMBER_DEFAULTS)
