@@ -168,7 +168,7 @@ class Evidence:
             # np.array, not np.stack: the same matrix, made in a quarter of the time
             direct = np.array([self.rows[i].vector for i in missing]) @ self.qvec
             self.semantic.update(zip(missing, direct.tolist()))
-        self._score(ids)
+        self.score(ids)
 
     def extended(self, ids: Iterable[int]) -> Evidence:
         """A copy that also scores ``ids`` (entries brought in after the candidate lists: a version, a
@@ -180,10 +180,10 @@ class Evidence:
         if self.use_vectors:
             for i in ids:
                 out.semantic[i] = float(self.rows[i].vector @ self.qvec)
-        out._score(ids)
+        out.score(ids)
         return out
 
-    def _score(self, ids: Iterable[int]) -> None:
+    def score(self, ids: Iterable[int]) -> None:
         """Each id's keyword evidence and evidence (its semantic score known); one loop over the candidates,
         the hot path of recall."""
         half, keyword_weight = self.config.bm25_half, self.config.keyword_weight
