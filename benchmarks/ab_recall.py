@@ -38,7 +38,11 @@ MODES = ("hybrid", "associative", "keyword")
 
 def _memory(path: str):
     from hopmem.agent import AgentMemory
-    from hopmem.text.encoders import HashingEncoder
+
+    try:
+        from hopmem.text.encoders import HashingEncoder
+    except ImportError:  # a tree from before the layout in layers (hopmem.text)
+        from hopmem.encoders import HashingEncoder  # type: ignore[no-redef]
 
     return AgentMemory.open(path, encoder=HashingEncoder(384), namespace="ab", clock=lambda: 1_000_000.0)
 
