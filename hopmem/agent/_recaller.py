@@ -94,25 +94,32 @@ class RecallView:
         return select_gates(*self._gates(), mode)
 
     def visibility(self, session_id: str | None, now: float, wanted: Mapping[str, Any],
-                   kinds: frozenset[str] | None, since: float | None,
-                   until: float | None) -> Callable[[Row], bool | None]:
-        """Whether a row is visible to a recall with these filters (None: hidden because it has expired)."""
-        expired, suppressed = self._expired, self._suppressed
+                   kinds: frozenset[str] | None, since: float | None, until: float | None,
+                   newly_expired: list[Row]) -> Callable[[int], bool]:
+        """Whether an entry is visible to a recall with these filters (memoised: recall asks again and again);
+        the rows it finds expired, and not yet notified, are added to ``newly_expired``."""
+        rows, expired = self._rows(), self._expired
+        # without forgetting (no retention) nothing is suppressed: the test is skipped
+        suppressed = self._suppressed if self._retention() is not None else None
+        seen: dict[int, bool] = {}
 
-        def visible(row: Row) -> bool | None:
-            if row.durability == "session" and (session_id is None or row.session_id != session_id):
-                return False
-            if expired(row, now):
-                return None
-            if kinds is not None and row.kind not in kinds:
-                return False
-            if wanted and not labels_match(row.labels, wanted):
-                return False
-            if since is not None and row.created_at < since:
-                return False
-            if until is not None and row.created_at >= until:
-                return False
-            return not suppressed(row, now)
+        def visible(entry_id: int) -> bool:
+            hit = seen.get(entry_id)
+            if hit is not None:
+                return hit
+            row = rows.get(entry_id)
+            if row is None or (row.durability == "session" and (session_id is None or row.session_id != session_id)):
+                hit = False
+            elif expired(row, now):
+                if not row.expired_notified:
+                    newly_expired.append(row)
+                hit = False
+            else:
+                hit = ((kinds is None or row.kind in kinds) and (not wanted or labels_match(row.labels, wanted))
+                       and (since is None or row.created_at >= since) and (until is None or row.created_at < until)
+                       and (suppressed is None or not suppressed(row, now)))
+            seen[entry_id] = hit
+            return hit
 
         return visible
 
@@ -133,25 +140,10 @@ class Recaller:
     def scope(self, query: Query, wanted: Mapping[str, Any], kinds: frozenset[str] | None, since: float | None,
               until: float | None) -> Scope:
         """The partitions and entries a recall may see (the shared pool, and the session's own with one)."""
-        view, rows, expired = self.view, self.view.rows, []
-        seen: dict[int, bool] = {}
-        check = view.visibility(query.session_id, query.now, wanted, kinds, since, until)
-
-        def visible(entry_id: int) -> bool:
-            hit = seen.get(entry_id)
-            if hit is None:
-                row = rows.get(entry_id)
-                if row is None:
-                    hit = seen[entry_id] = False
-                    return hit
-                state = check(row)
-                if state is None and not row.expired_notified:
-                    expired.append(row)
-                hit = seen[entry_id] = bool(state)
-            return hit
-
+        expired: list[Row] = []
+        visible = self.view.visibility(query.session_id, query.now, wanted, kinds, since, until, expired)
         keys: list[str | None] = [None] if query.session_id is None else [None, query.session_id]
-        partitions, tables = view.partitions(keys)
+        partitions, tables = self.view.partitions(keys)
         return Scope(partitions=partitions, tables=tables, visible=visible, newly_expired=expired)
 
     def run(self, query: Query, scope: Scope) -> Selection:
@@ -194,7 +186,7 @@ class Recaller:
                           use_keywords=query.reads_keywords)
         if reranker is None:
             return hits
-        vectors = np.stack([rows[h.entry_id].vector for h in hits[:reranker.depth]])
+        vectors = np.array([rows[h.entry_id].vector for h in hits[:reranker.depth]])
         return rerank(reranker, query.text, query.vector, hits, vectors, query.limit)
 
 

@@ -127,9 +127,11 @@ def pull_versions(query: Query, table: CandidateTable, rows: Mapping[int, Row], 
     for an earlier state), admitted on its own evidence (at least the verdict's floor) just behind it."""
     assert table.evidence is not None and table.verdict is not None
     order = query.hints.order or "recent"
-    if not any(rows[i].superseded_by is not None or rows[i].supersedes for i in table.admitted):
+    # an entry without versions is its own chain's end
+    relatives = {i: ranking.chain_end(rows, i, order, scope.visible) for i in table.admitted
+                 if rows[i].superseded_by is not None or rows[i].supersedes}
+    if not relatives:
         return table.but(via={})
-    relatives = {i: ranking.chain_end(rows, i, order, scope.visible) for i in table.admitted}
     # the versions not scored yet get their evidence (no ranks: no list found them)
     new = [r for r in dict.fromkeys(relatives.values()) if r is not None and r not in table.ev]
     evidence = table.evidence.extended(new) if new else table.evidence

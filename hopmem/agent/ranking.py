@@ -46,6 +46,9 @@ CONTEXT_PER_SIDE: int = constant("CONTEXT_PER_SIDE")
 #: The first hits that keep their places when the context is fused in.
 CONTEXT_KEEP: int = constant("CONTEXT_KEEP")
 
+#: The retrievers' lists in the order a hit's explanation names them.
+_SOURCES = ("keyword", "semantic", "associative", "exact", "time")
+
 
 def ranked_lists(found: Candidates, evidence: Evidence, in_window: Collection[int]) -> dict[str, list[int]]:
     """Each retriever's list of entry ids, best first."""
@@ -211,22 +214,23 @@ def build_hits(rows: Mapping[int, Row], ordered_ids: Sequence[int], *, found: Ca
     """The hits, each with its band and explanation."""
     # matched terms for the explanation, by the light stemmer (FTS5's Porter stemmer decided the ranking)
     term_stems = [(t, kw.stem(t)) for t in found.terms] if use_keywords else []
-    matched = {i: [t for t, st in term_stems if st in rows[i].stems] for i in ordered_ids}
+    value, semantic, associative, keyword = evidence.value, evidence.semantic, evidence.associative, evidence.keyword
     hits = []
     for i in ordered_ids:
         row = rows[i]
         found_by = ranks.get(i, {})
-        sources = (tuple(name for name in ("keyword", "semantic", "associative", "exact", "time") if name in found_by)
+        sources = (tuple(name for name in _SOURCES if name in found_by)
                    + tuple(sorted({name.partition(":")[0] for name in found_by if ":" in name})))
-        band = band_gate.band(evidence.value[i])
+        band = band_gate.band(value[i])
         if admitted[i] == "exact token" and band == "vague":
             band = "clear"
+        stems = row.stems
         expl = Explanation(
-            sources=sources, ranks=dict(ranks.get(i, {})), semantic=round(evidence.semantic.get(i, 0.0), 4),
-            associative=round(evidence.associative.get(i, 0.0), 4), keyword=round(evidence.keyword.get(i, 0.0), 4),
-            bm25=found.keyword_scores.get(i), evidence=round(evidence.value[i], 4),
-            matched_terms=tuple(matched.get(i, [])), exact_tokens=tuple(found.exact.get(i, [])),
-            time_match=i in in_window, admitted_by=admitted[i],
+            sources=sources, ranks=dict(found_by), semantic=round(semantic.get(i, 0.0), 4),
+            associative=round(associative.get(i, 0.0), 4), keyword=round(keyword.get(i, 0.0), 4),
+            bm25=found.keyword_scores.get(i), evidence=round(value[i], 4),
+            matched_terms=tuple([t for t, st in term_stems if st in stems]),
+            exact_tokens=tuple(found.exact.get(i, [])), time_match=i in in_window, admitted_by=admitted[i],
             boosts={k: round(v, 4) for k, v in boosts[i].items()}, fused=round(fused.get(i, 0.0), 6),
             superseded_by=row.superseded_by, via=via.get(i))
         hits.append(MemoryHit(entry_id=i, text=row.text, score=round(final[i], 6), band=band, explanation=expl,

@@ -322,7 +322,7 @@ def grounding_statistic(mode: str, evidence: Evidence, ids: Sequence[int], novel
     best_ev = evidence.value[evidence.best(ids)]
     if mode == "hybrid":
         best_kw = max(evidence.keyword.values())
-        best_path = max(evidence.path(i) for i in ids)
+        best_path = evidence.best_path(ids)
         statistic = best_kw + GROUNDING_SEMANTIC_WEIGHT * best_path
         what = f"grounding {best_kw:.3f} + {GROUNDING_SEMANTIC_WEIGHT:.2f} x {best_path:.3f}"
     else:
@@ -362,7 +362,7 @@ def decide(mode: str, config: RecallSettings, gate: Gate, model: VerdictModel | 
         statistic = model.log_odds(features)
         what = "log-odds from " + ", ".join(f"{name} {features[name]:.3f}" for name in model.features)
     # hybrid mode also admits on the semantic path alone (see admit)
-    path_floor = config.floor_ratio * max(evidence.path(i) for i in ids) if mode == "hybrid" else None
+    path_floor = config.floor_ratio * evidence.best_path(ids) if mode == "hybrid" else None
     return Verdict(statistic=statistic, what=f"statistic {statistic:.3f} ({what})", passes=statistic >= gate.tau,
                    best_evidence=best_ev, floor=config.floor_ratio * best_ev,
                    features={k: round(v, 6) for k, v in features.items()}, path_floor=path_floor)
