@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from benchmarks.provenance import check_text, data_hash, refit_text
+from hopmem.agent.encoding import CENTERING_DIR
 from hopmem.agent.rerank import RERANK_DIR
 from hopmem.agent.tuning import TUNING_FILE
 
@@ -64,3 +65,9 @@ def test_the_data_hash_reads_names_and_bytes_in_order(tmp_path: Path) -> None:
     b.write_text("3")
     assert data_hash([a, b]) != before
     assert DATA.fullmatch(before)
+
+
+@pytest.mark.parametrize("path", sorted(CENTERING_DIR.glob("*.json")), ids=lambda p: p.stem)
+def test_each_centring_mean_names_its_fit(path: Path) -> None:
+    shipped = json.loads(path.read_text(encoding="utf-8"))
+    _well_formed({**shipped["provenance"], "data": f"sha256:{shipped['reference_texts_sha256']}"})
