@@ -40,7 +40,7 @@ CC ?= cc
 
 .PHONY: FORCE all install build build-debug build-asan build-tsan build-portable test test-asan test-tsan \
         test-portable test-no-amx test-install wheel sdist lint typecheck docs hooks demo serve bench bench-smoke asv \
-        asv-smoke clean
+        asv-smoke check-fits clean
 
 all: test
 
@@ -184,6 +184,29 @@ bench-smoke: build
 	$(BIN)/python -m benchmarks.ann --smoke --peers faiss-ivf
 	RAY_USAGE_STATS_ENABLED=0 $(BIN)/python -m benchmarks.cluster --smoke --skip-http
 
+# The shipped fitted files must equal a refit (docs/tuning.md): the centring means and the
+# associative and keyword verdict models always; hybrid's verdict model and the rerank models
+# (one per encoder) need the LoCoMo data, LOCOMO_DATA_DIR=path (skipped, saying so, when unset).
+# Every check runs; the target fails if any did. Vectors are cached in FITS_CACHE between runs.
+LOCOMO_DATA_DIR ?=
+FITS_CACHE ?= .fits-cache
+check-fits: build
+	@mkdir -p $(FITS_CACHE); status=0; \
+	$(BIN)/python -m benchmarks.centering_means --check || status=1; \
+	$(BIN)/python -m benchmarks.agent_eval.run --data dev --fit-defaults --check \
+	  --cache $(FITS_CACHE)/agent_eval-dev.npz || status=1; \
+	if [ -n "$(LOCOMO_DATA_DIR)" ]; then \
+	  $(BIN)/python -m benchmarks.locomo.fit_defaults "$(LOCOMO_DATA_DIR)" --check --cache $(FITS_CACHE) || status=1; \
+	  for encoder in onnx-int8 onnx minilm; do \
+	    $(BIN)/python -m benchmarks.locomo.fit_reranker "$(LOCOMO_DATA_DIR)" --encoder $$encoder --check \
+	      --cache $(FITS_CACHE) || status=1; \
+	  done; \
+	else \
+	  echo "check-fits: LOCOMO_DATA_DIR is unset, so hybrid's verdict model (benchmarks.locomo.fit_defaults)"; \
+	  echo "check-fits: and the rerank models (benchmarks.locomo.fit_reranker) were SKIPPED, not checked"; \
+	fi; \
+	exit $$status
+
 # asv measures the working tree in this venv (environment_type "existing").
 asv: build
 	$(BIN)/asv machine --yes >/dev/null
@@ -195,4 +218,5 @@ asv-smoke: build
 	$(BIN)/asv run --quick --dry-run --python=same --show-stderr
 
 clean:
-	rm -rf build dist hopmem/engine/_kernel.c hopmem/engine/*.so .hypothesis .pytest_cache .mypy_cache .ruff_cache
+	rm -rf build dist hopmem/engine/_kernel.c hopmem/engine/*.so .hypothesis .pytest_cache .mypy_cache .ruff_cache \
+	       .fits-cache

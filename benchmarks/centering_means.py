@@ -21,7 +21,10 @@ A model encoder's fingerprint names the model, not its rounded outputs, so it
 is the same with any thread count, while the last bits of the vectors (and so
 of the mean) may not be: the files are written with one thread
 (``OMP_NUM_THREADS=1``, what ``make`` and the tests use), and ``--check``
-compares bit for bit under the same setting. Elsewhere the shipped mean is
+compares bit for bit under the same setting. Each file's ``provenance`` names
+this command and the commit it was fitted at (``reference_texts_sha256`` is
+the hash of its data); ``--check`` compares all but that commit, and a write
+that changes nothing keeps it (:mod:`benchmarks.provenance`). Elsewhere the shipped mean is
 still the encoder's mean to float rounding, and a store records the mean it
 was given, so nothing depends on those bits.
 """
@@ -33,6 +36,7 @@ import json
 import sys
 from collections.abc import Callable
 
+from benchmarks.provenance import check_text, refit_text
 from hopmem.agent.encoding import CENTERING_DIR, fit_space_centerer, shipped_record
 from hopmem.text.encoders import Encoder, HashingEncoder, OnnxEncoder, SentenceTransformerEncoder, encoder_dim
 
@@ -49,15 +53,23 @@ def _minilm_onnx_int8() -> Encoder:
     return OnnxEncoder(quantize="int8")
 
 
+#: The command a shipped file's provenance names.
+COMMAND = "python -m benchmarks.centering_means"
+
 #: The encoders whose mean is shipped, by a short label.
 ENCODERS: dict[str, Callable[[], Encoder]] = {"minilm": _minilm, "minilm-onnx": _minilm_onnx,
                                               "minilm-onnx-int8": _minilm_onnx_int8, "hashing": HashingEncoder}
 
 
-def render(encoder: Encoder) -> tuple[str, str]:
-    """The shipped file's name and text for ``encoder``."""
+def render(encoder: Encoder) -> tuple[str, Callable[[str], str]]:
+    """The shipped file's name, and its text given the commit its provenance names."""
     record = shipped_record(encoder, fit_space_centerer(encoder, encoder_dim(encoder)))
-    return f"{encoder.fingerprint}.json", json.dumps(record, indent=1, sort_keys=True) + "\n"
+
+    def text(commit: str) -> str:
+        return json.dumps({**record, "provenance": {"command": COMMAND, "commit": commit}}, indent=1,
+                          sort_keys=True) + "\n"
+
+    return f"{encoder.fingerprint}.json", text
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,12 +86,14 @@ def main(argv: list[str] | None = None) -> int:
     for label in args.encoders or list(ENCODERS):
         name, text = render(ENCODERS[label]())
         path = CENTERING_DIR / name
+        shipped = path.read_text(encoding="utf-8") if path.is_file() else None
+        commit = json.loads(shipped).get("provenance", {}).get("commit") if shipped else None
         if args.check:
-            same = path.is_file() and path.read_text(encoding="utf-8") == text
+            same = shipped == check_text(text, commit)
             print(f"{label}: {path} {'identical' if same else 'DIFFERS or missing'}")
             failed |= not same
         else:
-            path.write_text(text, encoding="utf-8")
+            path.write_text(refit_text(text, shipped, commit), encoding="utf-8")
             print(f"{label}: wrote {path}")
     return 1 if failed else 0
 

@@ -10,6 +10,7 @@
     python -m benchmarks.agent_eval.run --encoder default   # the library's default encoder (int8 MiniLM)
     python -m benchmarks.agent_eval.run --splits 5 --plot docs/img/agent_eval.png   # and the figure
     python -m benchmarks.agent_eval.run --data dev --fit-defaults   # the uncalibrated verdict models
+    python -m benchmarks.agent_eval.run --data dev --fit-defaults --check   # exit 1 unless they refit the record
     python -m benchmarks.agent_eval.run --data test10,test11,test12,test13 --no-calibrate --no-latency   # the
                                                                                    # defaults, no calibrate()
 
@@ -472,23 +473,6 @@ def targets(table: dict[str, Any], lat: dict[str, Any] | None, data: dict[str, A
     return out
 
 
-def fit_defaults(encoder: Any, data: dict[str, Any], config: Any) -> int:
-    """Print the verdict models and strict gates fitted on every question of ``data`` (the dev set)."""
-    questions = data["questions"]
-    with tempfile.TemporaryDirectory() as tmp:
-        mem, _, _ = build_memory(os.path.join(tmp, "defaults.db"), encoder, data, config)
-        gates = mem.calibrate([q["question"] for q in questions if q["answers"]],
-                              [q["question"] for q in questions if not q["answers"]], error_budget=0.1,
-                              min_coverage=0.0)  # strict: the budget alone, no coverage floor
-        for mode, model in mem.verdict_models.items():
-            weights = ", ".join(f"{w:.3f}" for w in model.weights)
-            print(f'    "{mode}": VerdictModel({model.features!r}, ({weights}), {model.intercept:.3f}),')
-        for mode, gate in gates.items():
-            print(f'    "{mode}": _default_gate({gate.tau:.2f}),')
-        mem.close()
-    return 0
-
-
 def open_options(overrides: dict[str, Any]) -> dict[str, Any]:
     """``--set`` overrides as :meth:`AgentMemory.open` arguments: each name goes to the
     :class:`RecallConfig`, :class:`Tuning` or :class:`WritePolicy` field of that name."""
@@ -552,7 +536,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fit-defaults", action="store_true",
                         help="fit the uncalibrated verdict models and gates (hopmem.agent.verdict.DEFAULT_MODELS and "
                              "DEFAULT_GATES) on every question of --data (use dev) at error budget 0.1, print them "
-                             "and exit")
+                             "and exit (benchmarks.agent_eval.fit_defaults)")
+    fit_action = parser.add_mutually_exclusive_group()
+    fit_action.add_argument("--write", action="store_true",
+                            help="with --fit-defaults: write the associative and keyword models into the tuning "
+                                 "record hopmem/data/tuning/default.json")
+    fit_action.add_argument("--check", action="store_true",
+                            help="with --fit-defaults: exit 1 unless the refit equals the shipped tuning record")
     parser.add_argument("--json", metavar="PATH", help="also write the raw numbers here")
     parser.add_argument("--dump", metavar="PATH", help="write per-question results here (the first fold split)")
     parser.add_argument("--plot", metavar="PATH", help="draw recall@5 per category and abstention, with 95%% "
@@ -566,6 +556,10 @@ def main(argv: list[str] | None = None) -> int:
     sets = [load(name) for name in names]
     if len(sets) > 1 and (args.fit_defaults or args.sweep):
         parser.error("--fit-defaults and --sweep take one set in --data")
+    if (args.write or args.check) and not (args.fit_defaults and names == ["dev"] and args.encoder == "minilm"
+                                           and not args.set):
+        parser.error("--write and --check: the shipped models are fitted with --fit-defaults --data dev "
+                     "--encoder minilm and no --set")
     inner = make_encoder(args.encoder)
     encoder = CachedEncoder(inner)
     if args.cache:
@@ -577,7 +571,10 @@ def main(argv: list[str] | None = None) -> int:
         encoder.save(args.cache)
     config = open_options(parse_overrides(args.set))
     if args.fit_defaults:
-        return fit_defaults(encoder, sets[0], config)
+        from benchmarks.agent_eval import fit_defaults
+
+        action = "write" if args.write else "check" if args.check else None
+        return fit_defaults.main(encoder, sets[0], SETS.get(names[0], Path(names[0])), config, action)
     sweep_table = None
     per_set = []  # per set, one evaluate() per fold split
     with tempfile.TemporaryDirectory() as tmp:

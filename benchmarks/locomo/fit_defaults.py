@@ -31,8 +31,9 @@ abstention on unanswerable questions at that threshold. ``--write`` puts them
 ``hopmem/data/tuning/default.json`` (:mod:`hopmem.agent.tuning`) with their
 provenance: this command, the commit and a SHA-256 of the data fitted on (the
 LoCoMo files and the project's sets). ``--check`` refits and exits 1 unless
-the record it would write equals the shipped file byte for byte (the commit
-recorded is kept: it names where the shipped fit was made). The model applies
+the record it would write equals the shipped file byte for byte, the commit
+aside (:mod:`benchmarks.provenance`: the refit is compared with the shipped
+commit in place, and a ``--write`` that changes nothing keeps it). The model applies
 to the features the library computes, so refit after changing how any of them
 is computed.
 """
@@ -40,10 +41,8 @@ is computed.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -52,6 +51,8 @@ from typing import Any
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
+
+from benchmarks.provenance import check_text, data_hash, refit_text  # noqa: E402
 
 from .cache import ENCODERS, default_cache_dir, make_encoder  # noqa: E402
 from .data import Conversation, load_folder  # noqa: E402
@@ -64,14 +65,11 @@ COMMAND = "python -m benchmarks.locomo.fit_defaults LOCOMO_DATA_DIR --write"
 ENCODER = "all-MiniLM-L6-v2 (sentence-transformers, torch)"
 
 
-def data_hash(locomo_dir: str, sets: Sequence[str]) -> str:
-    """SHA-256 over the LoCoMo files (by name) and the project's sets fitted on."""
+def data_files(locomo_dir: str, sets: Sequence[str]) -> list[Path]:
+    """The files fitted on, in the order their hash reads them: the LoCoMo files by name, then the sets."""
     from benchmarks.agent_eval.run import SETS
 
-    digest = hashlib.sha256()
-    for path in [*sorted(Path(locomo_dir).glob("*.json")), *(SETS[name] for name in sets)]:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return "sha256:" + digest.hexdigest()
+    return [*sorted(Path(locomo_dir).glob("*.json")), *(SETS[name] for name in sets)]
 
 
 def tuning_record(result: dict[str, Any], data: str, commit: str) -> str:
@@ -85,11 +83,6 @@ def tuning_record(result: dict[str, Any], data: str, commit: str) -> str:
     record["gates"]["hybrid"] = round(result["tau"], 3)
     record["provenance"]["hybrid"] = {"command": COMMAND, "encoder": ENCODER, "commit": commit, "data": data}
     return json.dumps(record, indent=1) + "\n"
-
-
-def head_commit() -> str:
-    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                          check=True).stdout.strip()
 
 
 def collect(conv: Conversation, encoder: Any, pool: str) -> list[dict[str, Any]]:
@@ -170,8 +163,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         from hopmem.agent.tuning import TUNING_FILE
 
         shipped = TUNING_FILE.read_text(encoding="utf-8")
-        commit = json.loads(shipped)["provenance"]["hybrid"]["commit"] if args.check else head_commit()
-        text = tuning_record(result, data_hash(args.data, sets), commit)
+        commit = json.loads(shipped)["provenance"].get("hybrid", {}).get("commit")
+        data = data_hash(data_files(args.data, sets))
+
+        def render(at: str) -> str:
+            return tuning_record(result, data, at)
+
+        text = refit_text(render, shipped, commit) if args.write else check_text(render, commit)
         if args.write:
             TUNING_FILE.write_text(text, encoding="utf-8")
             print(f"wrote {TUNING_FILE}")

@@ -29,9 +29,14 @@ features and on the vector blocks; the intercept free) over
   plus the entry's vector; the full model adds the question-times-entry
   block);
 * with ``--write``, the model fitted on everything is written to
-  ``hopmem/data/rerank/<encoder fingerprint>.json``, where the library finds it.
-  With ``--check`` it is fitted (without the leave-one-out measurement) and
-  compared with that shipped file: exit 1 unless they are equal byte for byte.
+  ``hopmem/data/rerank/<encoder fingerprint>.json``, where the library finds it,
+  with its ``provenance``: the command that refits it, the commit, a SHA-256
+  of the data (the LoCoMo files and the sets fitted on) and the tuning
+  record's ``settings`` the features were computed under. With ``--check``
+  it is fitted (without the leave-one-out measurement) and compared with that
+  shipped file: exit 1 unless they are equal byte for byte, the commit aside
+  (:mod:`benchmarks.provenance`; a ``--write`` that changes nothing keeps the
+  shipped commit).
 """
 
 from __future__ import annotations
@@ -47,6 +52,8 @@ from typing import Any
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
+
+from benchmarks.provenance import check_text, data_hash, refit_text  # noqa: E402
 
 from .cache import ENCODERS, default_cache_dir, make_encoder  # noqa: E402
 from .data import CATEGORIES, Conversation, load_folder  # noqa: E402
@@ -234,6 +241,26 @@ def report(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def data_files(locomo_dir: str, sets: Sequence[str]) -> list[Path]:
+    """The files fitted on, in the order their hash reads them: the LoCoMo files by name, then the sets."""
+    from benchmarks.agent_eval.run import SETS
+
+    return [*sorted(Path(locomo_dir).glob("*.json")), *(SETS[name] for name in sets)]
+
+
+def provenance(args: argparse.Namespace, sets: Sequence[str], data: str, commit: str) -> dict[str, Any]:
+    """The shipped file's ``provenance``: the command that refits it, the commit, the data's hash and the
+    tuning record's settings the collected features were computed under (the library defaults)."""
+    from hopmem.agent.tuning import record
+
+    command = ["python -m benchmarks.locomo.fit_reranker LOCOMO_DATA_DIR", f"--encoder {args.encoder}"]
+    command += [f"--sets {','.join(sets)}"] if sets else []
+    command += [f"--depth {args.depth}"] if args.depth != DEPTH else []
+    command += [f"--l2 {args.l2:g}"] if args.l2 != L2 else []
+    return {"command": " ".join([*command, "--write"]), "commit": commit, "data": data,
+            "settings": dict(record()["settings"])}
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from hopmem.agent.rerank import RERANK_DIR, LinearReranker
     from hopmem.text.encoders import default_encoder
@@ -261,7 +288,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     for conv in load_folder(args.data):
         rows += collect_locomo(conv, encoder, args.depth)
-    for name in [s.strip() for s in args.sets.split(",") if s.strip()]:
+    sets = [s.strip() for s in args.sets.split(",") if s.strip()]
+    for name in sets:
         rows += collect_project(name, encoder, args.depth)
     encoder.save()
     result: dict[str, Any] = {"depth": args.depth, "l2": args.l2}
@@ -279,11 +307,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                                intercept=params["intercept"], mean=params["mean"], scale=params["scale"],
                                weights=params["weights"], vector_weights=params["vector_weights"])
         path = (Path(args.out) if args.out else RERANK_DIR) / f"{fingerprint}.json"
-        text = json.dumps(model.to_dict()) + "\n"
+        shipped = path.read_text(encoding="utf-8") if path.is_file() else None
+        commit = json.loads(shipped).get("provenance", {}).get("commit") if shipped else None
+        fitted = model.to_dict()
+        data = data_hash(data_files(args.data, sets))
+
+        def render(at: str) -> str:
+            return json.dumps({**fitted, "provenance": provenance(args, sets, data, at)}) + "\n"
+
         if args.check:
-            result["check"] = path.is_file() and path.read_text(encoding="utf-8") == text
+            result["check"] = shipped == check_text(render, commit)
             print(f"{path}: the refit {'equals' if result['check'] else 'differs from'} the shipped model")
             return result
+        text = refit_text(render, shipped, commit)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
         result["written"] = str(path)

@@ -28,7 +28,9 @@ question" over:
 
 A model is fitted for one encoder (its vectors are that encoder's) and ships
 as ``hopmem/data/rerank/<encoder fingerprint>.json``
-(``python -m benchmarks.locomo.fit_reranker`` writes it). A memory opened with
+(``python -m benchmarks.locomo.fit_reranker`` writes it, with a
+``provenance`` key the loader does not read: the fit command, commit, data
+hash and tuning settings, see docs/tuning.md). A memory opened with
 an encoder that has none does not re-rank. Any object with ``depth`` and
 ``order(...)`` (:class:`Reranker`) can be given to
 :meth:`~hopmem.agent.AgentMemory.open` instead, e.g. a cross-encoder.
