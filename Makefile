@@ -184,7 +184,7 @@ bench-smoke: build
 	$(BIN)/python -m benchmarks.ann --smoke --peers faiss-ivf
 	RAY_USAGE_STATS_ENABLED=0 $(BIN)/python -m benchmarks.cluster --smoke --skip-http
 
-# The shipped fitted files must equal a refit (docs/tuning.md): the centring means and the
+# The shipped fitted files must equal a refit (docs/tuning.md): the centering means and the
 # associative and keyword verdict models always; hybrid's verdict model and the rerank models
 # (one per encoder) need the LoCoMo data, LOCOMO_DATA_DIR=path (skipped, saying so, when unset).
 # Every check runs; the target fails if any did. Vectors are cached in FITS_CACHE between runs.

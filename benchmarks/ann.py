@@ -24,9 +24,9 @@ with ``--build-threads`` threads and answer on one, one query at a time.
 Latencies are medians over the queries, the contenders taking turns query by
 query so that load on a shared machine hits them alike.
 
-Datasets (d = 384, unit rows): ``clustered`` (1,000 centres, cos ~0.74 to
-the centre, as ``benchmarks/peers.py``), ``diffuse`` (N / 100 centres,
-cos ~0.64 to the centre), ``minilm`` (all-MiniLM-L6-v2 embeddings of every
+Datasets (d = 384, unit rows): ``clustered`` (1,000 centers, cos ~0.74 to
+the center, as ``benchmarks/peers.py``), ``diffuse`` (N / 100 centers,
+cos ~0.64 to the center), ``minilm`` (all-MiniLM-L6-v2 embeddings of every
 text in ``benchmarks/data/agent_eval`` and in the JSON files of each
 ``--texts`` folder, such as a LoCoMo download: tens of thousands at most, so
 N is capped there). Queries are drawn from the same distribution, not stored patterns
@@ -66,13 +66,13 @@ def _unit(X: np.ndarray) -> np.ndarray:
     return X
 
 
-def _around(centres: int, n: int, d: int, noise: float, rng: np.random.Generator) -> np.ndarray:
-    """Unit rows around ``centres`` random unit centres, noise ``noise`` per component."""
-    C = _unit(rng.standard_normal((centres, d)).astype(np.float32))
+def _around(centers: int, n: int, d: int, noise: float, rng: np.random.Generator) -> np.ndarray:
+    """Unit rows around ``centers`` random unit centers, noise ``noise`` per component."""
+    C = _unit(rng.standard_normal((centers, d)).astype(np.float32))
     out = np.empty((n, d), np.float32)
     for s in range(0, n, 100_000):
         m = min(100_000, n - s)
-        rows = C[rng.integers(0, centres, m)] + noise * rng.standard_normal((m, d)).astype(np.float32)
+        rows = C[rng.integers(0, centers, m)] + noise * rng.standard_normal((m, d)).astype(np.float32)
         out[s:s + m] = _unit(rows)
     return out
 

@@ -67,10 +67,10 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
-def clustered(n: int, d: int, seed: int, centres: int = 16, noise: float = 0.3) -> np.ndarray:
+def clustered(n: int, d: int, seed: int, centers: int = 16, noise: float = 0.3) -> np.ndarray:
     rng = np.random.default_rng(seed)
-    points = np.random.default_rng(99).standard_normal((centres, d)).astype(np.float32)
-    return (points[rng.integers(0, centres, n)] + noise * rng.standard_normal((n, d))).astype(np.float32)
+    points = np.random.default_rng(99).standard_normal((centers, d)).astype(np.float32)
+    return (points[rng.integers(0, centers, n)] + noise * rng.standard_normal((n, d))).astype(np.float32)
 
 
 def median_of(runs: list[dict[str, float]]) -> dict[str, float]:

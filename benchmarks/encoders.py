@@ -25,7 +25,7 @@ over ``--runs`` runs:
   synthetic ones whose vectors mix the turns' vectors: filling 10,000 entries
   through torch would take minutes and tells nothing about recall).
 * ``open_new_s``: ``AgentMemory.open`` of a new file with a constructed
-  encoder, then close (the shipped centring mean makes this encode nothing).
+  encoder, then close (the shipped centering mean makes this encode nothing).
 * ``construct_s``: building the encoder (the first one of its kind in the
   process; the ONNX graph cache already written by a previous run).
 * ``min_cosine_vs_torch`` / ``mean_cosine_vs_torch``: agreement of the vectors

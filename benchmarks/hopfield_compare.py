@@ -133,7 +133,7 @@ def single_reads(reps: int, sizes: tuple[int, ...]) -> list[str]:
         Q1 = q.reshape(1, D)
         for strategy, steps in (("fast", 1), ("iterative", STEPS)):
             # The same update: one step of a read is the textbook's up to its
-            # normalisation, and hopmem.hopfield is the textbook (a read keeps
+            # normalization, and hopmem.hopfield is the textbook (a read keeps
             # its state on the sphere, so later steps differ from the raw update).
             want = textbook(X, q, BETA, steps)
             got = hopmem.hopfield(X, q, BETA, steps=steps)

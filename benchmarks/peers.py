@@ -2,7 +2,7 @@
 
     python -m benchmarks.peers [--quick] [--out FILE.md]
 
-Part 1, exact top-n (n = 10) over N unit-normalised float32 documents of
+Part 1, exact top-n (n = 10) over N unit-normalized float32 documents of
 d = 384, one query at a time:
 
 * hopmem: ``hopmem.store.resolution.VectorIndex.search``, the exact resolution
@@ -53,15 +53,15 @@ DIM = 384
 # -- data ----------------------------------------------------------------------------------
 
 def make_documents(n: int, d: int, rng: np.random.Generator, clusters: int = 1000) -> np.ndarray:
-    """Unit rows around ``clusters`` random centres (embedding-like, not uniform).
+    """Unit rows around ``clusters`` random centers (embedding-like, not uniform).
 
-    Each row is at cos ~0.74 from its centre, so rows of one cluster have
+    Each row is at cos ~0.74 from its center, so rows of one cluster have
     cos ~0.55 with each other. Draw documents and queries in one call (then
-    split) so that they share the centres.
+    split) so that they share the centers.
     """
-    centres = random_patterns(clusters, d, rng)
+    centers = random_patterns(clusters, d, rng)
     labels = rng.integers(0, clusters, n)
-    return unit_rows(centres[labels] + rng.standard_normal((n, d)).astype(np.float32) * (0.9 / math.sqrt(d)))
+    return unit_rows(centers[labels] + rng.standard_normal((n, d)).astype(np.float32) * (0.9 / math.sqrt(d)))
 
 
 def exact_top(M: np.ndarray, Q: np.ndarray, n: int) -> np.ndarray:
@@ -257,7 +257,7 @@ def _softmax(z: np.ndarray) -> np.ndarray:
 
 
 def textbook_fast(X: np.ndarray, q: np.ndarray, beta: float) -> np.ndarray:
-    """One modern Hopfield update xi' = X^T softmax(beta X xi), normalised (unit rows X)."""
+    """One modern Hopfield update xi' = X^T softmax(beta X xi), normalized (unit rows X)."""
     xi = q / np.linalg.norm(q)
     r = _softmax(beta * (X @ xi)) @ X
     return r / np.linalg.norm(r)
@@ -326,9 +326,9 @@ def report(search_rows, ratio_rows, hopfield_rows, command: str, elapsed: float)
         f"Machine: {machine()}  ",
         f"Run time: {elapsed:.0f} s. Every library pinned to one thread for the queries (the "
         "hnswlib graph is built with all cores); contenders interleaved query by query. "
-        "Documents: unit rows around N/20 random centres (cos ~0.55 within a cluster); queries "
+        "Documents: unit rows around N/20 random centers (cos ~0.55 within a cluster); queries "
         "drawn from the same clusters.", "",
-        f"## Exact top-{TOP_N} search, d = {DIM}, unit-normalised float32 documents", "",
+        f"## Exact top-{TOP_N} search, d = {DIM}, unit-normalized float32 documents", "",
         markdown_table([{**r, "exact": "yes" if r["exact"] else "no (approximate)"} for r in search_rows],
                          ["n_docs", "contender", "exact", "queries", "median_us", "p90_us",
                           "recall_at_10", "build_s"]), "",
@@ -336,7 +336,7 @@ def report(search_rows, ratio_rows, hopfield_rows, command: str, elapsed: float)
         markdown_table(ratio_rows, ["n_docs", "ratio", "value", "target", "met"]), "",
         "## Plain-mode read vs the textbook modern Hopfield update (NumPy)", "",
         "hopmem `Memory(mode=\"plain\", k=N)` (every pattern activated: exactly the textbook "
-        "update) against `X.T @ softmax(beta * X @ xi)`, normalised, in NumPy float32; the "
+        "update) against `X.T @ softmax(beta * X @ xi)`, normalized, in NumPy float32; the "
         "difference is measured against the same update in float64.", "",
         markdown_table(hopfield_rows, ["n_patterns", "beta", "strategy", "queries",
                                          "hopmem_median_us", "numpy_median_us", "speedup",

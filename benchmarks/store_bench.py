@@ -32,7 +32,7 @@ note, per durable write, the engine's own time inside it and the rest
 HeatherDB's published figures (d = 128) are shown as a reference row; they
 were measured on other hardware.
 
-Data: unit vectors around 200 random centres (cosine to the centre ~0.9),
+Data: unit vectors around 200 random centers (cosine to the center ~0.9),
 the collection's default config, pre-filled with 2,000 vectors before timing
 writes. The engine's cost grows with the number of locations (shown).
 """
@@ -67,17 +67,17 @@ HEATHERDB = {"single_ms": 3.7, "batch_ms_per_vector": 0.12, "dim": 128}
 
 
 class Data:
-    """Clustered unit vectors: normalize(centre + noise), cos(x, centre) ~ 0.9."""
+    """Clustered unit vectors: normalize(center + noise), cos(x, center) ~ 0.9."""
 
-    def __init__(self, dim: int, seed: int = 0, centres: int = 200) -> None:
+    def __init__(self, dim: int, seed: int = 0, centers: int = 200) -> None:
         rng = np.random.default_rng(seed)
-        C = rng.standard_normal((centres, dim))
-        self.centres = (C / np.linalg.norm(C, axis=1, keepdims=True)).astype(np.float32)
+        C = rng.standard_normal((centers, dim))
+        self.centers = (C / np.linalg.norm(C, axis=1, keepdims=True)).astype(np.float32)
         self.rng = np.random.default_rng(seed + 1)
         self.dim = dim
 
     def __call__(self, n: int) -> np.ndarray:
-        C = self.centres[self.rng.integers(0, len(self.centres), n)]
+        C = self.centers[self.rng.integers(0, len(self.centers), n)]
         X = C + 0.5 * self.rng.standard_normal((n, self.dim)) / np.sqrt(self.dim)
         return (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32)
 

@@ -23,14 +23,14 @@ def random_patterns(n: int, dim: int, rng: np.random.Generator) -> np.ndarray:
 
 def clustered_patterns(n: int, dim: int, clusters: int, spread: float,
                        rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """``n`` unit vectors around ``clusters`` random centres.
+    """``n`` unit vectors around ``clusters`` random centers.
 
-    Each point is at angle ``spread`` (radians) from its centre, in a random
+    Each point is at angle ``spread`` (radians) from its center, in a random
     direction. Returns ``(points, labels)``.
     """
-    centres = random_patterns(clusters, dim, rng)
+    centers = random_patterns(clusters, dim, rng)
     labels = rng.integers(0, clusters, n)
-    return perturb(centres[labels], spread, rng), labels
+    return perturb(centers[labels], spread, rng), labels
 
 
 def perturb(X: np.ndarray, angle: float, rng: np.random.Generator) -> np.ndarray:

@@ -560,7 +560,7 @@ HM_INLINE void combine_d(double *y, const double *w, const double *const *u, int
 
 /* v /= |v| in place unless |v| < TINY; returns the norm. Multiplies by the
  * reciprocal: a vector division is several times slower than a product, and
- * a write normalises k rows (the result differs from v / |v| by an ulp at most). */
+ * a write normalizes k rows (the result differs from v / |v| by an ulp at most). */
 HM_INLINE double normalize_d(double *v, int64_t dim) {
     double norm = sqrt(ddot(v, v, dim));
     if (norm >= HM_TINY) {
@@ -2658,7 +2658,7 @@ static int64_t read_ranked(const hm_state *s, const hm_config *c, const float *q
      * A plain-mode location of weight 1 holds one input x: its address was
      * made as float(normalize(x)), exactly its unit pattern, so it is reused. */
     /* The counters rows are scattered and, without a fast read-out before,
-     * rarely in cache: the next one streams in while this one is normalised. */
+     * rarely in cache: the next one streams in while this one is normalized. */
     if (kk > 0 && !reuses_address(s, c, rows[0])) prefetch_doubles(crows[0], d);
     for (int64_t j = 0; j < kk; j++) {
         int64_t row = rows[j];

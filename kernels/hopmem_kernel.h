@@ -216,7 +216,7 @@ int hm_read_probed(const hm_state *s, const hm_config *c, const float *Q, int64_
 /* For tests: 1 makes streamed reads take their portable code everywhere. */
 void hm_stream_force_portable(int on);
 
-/* Attention over the activated set; result [dim] not normalised. Returns k'. */
+/* Attention over the activated set; result [dim] not normalized. Returns k'. */
 int64_t hm_attention(const hm_state *s, const hm_config *c, const float *q, double scale,
                      float *result, int64_t *rows, double *sims, double *weights);
 

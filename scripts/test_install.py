@@ -57,22 +57,22 @@ CHECKS = {
         for absent in ("wordfreq", "torch", "onnxruntime", "huggingface_hub"):
             assert importlib.util.find_spec(absent) is None, absent + " was installed by the core"
         rng = np.random.default_rng(0)
-        centres = rng.normal(size=(8, 64)).astype(np.float32)
-        data = centres[rng.integers(0, 8, 500)] + 0.3 * rng.normal(size=(500, 64)).astype(np.float32)
+        centers = rng.normal(size=(8, 64)).astype(np.float32)
+        data = centers[rng.integers(0, 8, 500)] + 0.3 * rng.normal(size=(500, 64)).astype(np.float32)
         memory = hopmem.Memory(64, k=10, beta=10.0, seed=0)
         memory.write(data)
-        trace = memory.analyze(centres[3])
+        trace = memory.analyze(centers[3])
         assert trace.converged
         plain = hopmem.Memory(64, mode="plain", k=64, beta=30.0)
-        plain.write(centres)
-        assert int(np.argmax(centres @ plain.read(centres[5] + 0.1 * rng.normal(size=64).astype(np.float32)))) == 5
+        plain.write(centers)
+        assert int(np.argmax(centers @ plain.read(centers[5] + 0.1 * rng.normal(size=64).astype(np.float32)))) == 5
         with tempfile.TemporaryDirectory() as d:
             with hopmem.open(d + "/memory.hopmem", dim=64) as db:
-                res = db.collection("notes", mode="plain").write(centres, metadata=[{"text": str(i)} for i in range(8)])
+                res = db.collection("notes", mode="plain").write(centers, metadata=[{"text": str(i)} for i in range(8)])
                 assert len(res.ids) == 8
             with hopmem.open(d + "/memory.hopmem") as db:
                 notes = db.get_collection("notes")
-                hits = notes.resolve(notes.read(centres[2]), 1)
+                hits = notes.resolve(notes.read(centers[2]), 1)
                 assert hits[0].metadata == {"text": "2"}, hits
         gate = calibrate([0.9, 0.8, 0.85, 0.95], [0.1, 0.2, 0.3, 0.15])
         assert gate.admits(0.9) and not gate.admits(0.1)

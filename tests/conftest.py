@@ -103,14 +103,14 @@ def rng(seed: int) -> np.random.Generator:
 # -- data -------------------------------------------------------------------------------------
 
 
-def clustered(n: int, dim: int, *, rng: np.random.Generator | int = 0, centres: int = 6,
+def clustered(n: int, dim: int, *, rng: np.random.Generator | int = 0, centers: int = 6,
               noise: float = 0.3, centre_seed: int | None = None, duplicates: int = 0,
               unit: bool = False) -> np.ndarray:
-    """``n`` float32 rows of ``dim`` components, in ``centres`` clusters.
+    """``n`` float32 rows of ``dim`` components, in ``centers`` clusters.
 
-    Each row is one of ``centres`` standard-normal centres (chosen uniformly)
+    Each row is one of ``centers`` standard-normal centers (chosen uniformly)
     plus ``noise`` times standard-normal noise. The draws come in one fixed
-    order (centres, assignments, noise, duplicates), so the same arguments give
+    order (centers, assignments, noise, duplicates), so the same arguments give
     the same array.
 
     Parameters
@@ -118,10 +118,10 @@ def clustered(n: int, dim: int, *, rng: np.random.Generator | int = 0, centres: 
     rng
         A generator to draw from (successive calls then give fresh data) or a
         seed for a new one.
-    centres, noise
-        How many clusters, and the noise's scale relative to the centres' (1).
+    centers, noise
+        How many clusters, and the noise's scale relative to the centers' (1).
     centre_seed
-        Draw the centres (as float32) from a generator of their own with this
+        Draw the centers (as float32) from a generator of their own with this
         seed instead of from ``rng``: calls with different ``rng`` then sample
         the same clusters, for example one batch after another of a stream.
     duplicates
@@ -132,10 +132,10 @@ def clustered(n: int, dim: int, *, rng: np.random.Generator | int = 0, centres: 
     """
     rng = np.random.default_rng(rng)
     if centre_seed is None:
-        points = rng.standard_normal((centres, dim))
+        points = rng.standard_normal((centers, dim))
     else:
-        points = np.random.default_rng(centre_seed).standard_normal((centres, dim)).astype(np.float32)
-    X = points[rng.integers(0, centres, n)] + noise * rng.standard_normal((n, dim))
+        points = np.random.default_rng(centre_seed).standard_normal((centers, dim)).astype(np.float32)
+    X = points[rng.integers(0, centers, n)] + noise * rng.standard_normal((n, dim))
     if duplicates:
         X[rng.integers(0, n, duplicates)] = X[0]
     if unit:

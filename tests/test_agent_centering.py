@@ -1,4 +1,4 @@
-"""The centring means shipped per encoder fingerprint: used on open when they match, identical to fitting."""
+"""The centering means shipped per encoder fingerprint: used on open when they match, identical to fitting."""
 
 from __future__ import annotations
 

@@ -185,7 +185,7 @@ def test_reembed_encodes_in_batches_with_a_progress_bar(tmp_path, monkeypatch, c
         mem.remember(fact)
     new = BrokenEncoder("never", fail_at=10**9)
     assert mem.reembed(new, progress=True) == 5
-    assert new.calls == 1 + 3  # the reference texts for the centring mean, then 5 entries in batches of 2
+    assert new.calls == 1 + 3  # the reference texts for the centering mean, then 5 entries in batches of 2
     assert "re-embedding" in capsys.readouterr().err
     assert mem.rank("billing Postgres")[0].text == FACTS[2]
     mem.close()
@@ -478,18 +478,18 @@ def test_day_n_time_window_admits_entries_of_that_day(tmp_path):
 # -- labels -----------------------------------------------------------------------------------------
 
 
-def test_label_policy_normalises_bounds_and_rejects():
+def test_label_policy_normalizes_bounds_and_rejects():
     policy = LabelPolicy({"topic": ["deploys", "billing"], "project": None}, max_values_per_key=2)
-    assert policy.normalise({" Topic ": ["Deploys", "deploys ", "BILLING"]}) == {"topic": ["deploys", "billing"]}
-    assert policy.normalise({"project": "Atlas  Core"}) == {"project": ["atlas core"]}
+    assert policy.normalize({" Topic ": ["Deploys", "deploys ", "BILLING"]}) == {"topic": ["deploys", "billing"]}
+    assert policy.normalize({"project": "Atlas  Core"}) == {"project": ["atlas core"]}
     with pytest.raises(InvalidInput):
-        policy.normalise({"colour": ["red"]})
+        policy.normalize({"colour": ["red"]})
     with pytest.raises(InvalidInput):
-        policy.normalise({"topic": ["gardening"]})
+        policy.normalize({"topic": ["gardening"]})
     with pytest.raises(InvalidInput):
-        policy.normalise({"project": ["a", "b", "c"]})
+        policy.normalize({"project": ["a", "b", "c"]})
     # inferred labels are cleaned, never refused
-    assert policy.normalise({"colour": ["red"], "topic": ["gardening", "billing"]}, strict=False) == \
+    assert policy.normalize({"colour": ["red"], "topic": ["gardening", "billing"]}, strict=False) == \
         {"topic": ["billing"]}
 
 
@@ -524,7 +524,7 @@ def test_boosts_never_admit_an_unrelated_entry(tmp_path):
 
 def test_labeler_failure_keeps_the_write(tmp_path):
     def broken(text):
-        raise RuntimeError("labeller down")
+        raise RuntimeError("labeler down")
 
     mem, _ = make(tmp_path, labeler=broken)
     failures = []
@@ -532,7 +532,7 @@ def test_labeler_failure_keeps_the_write(tmp_path):
     entry = mem.remember("The billing service runs on Postgres 16.")
     assert mem.get(entry.id).text.startswith("The billing")
     assert failures and failures[0].data["id"] == entry.id
-    assert not mem.recall("billing Postgres").abstained  # a failing labeller on queries is tolerated too
+    assert not mem.recall("billing Postgres").abstained  # a failing labeler on queries is tolerated too
 
 
 # -- selections, utility, reinforcement ----------------------------------------------------------------
@@ -550,7 +550,7 @@ def test_recall_counts_exposures_and_complete_is_atomic_and_idempotent(tmp_path)
     assert mem.complete(sel.id, 1.0) is False  # the receipt is consumed once
     after = [mem.get(i) for i in ids]
     assert all(e.utility > 0 for e in after)
-    expected = (1.0 / len(ids)) / (1.0 / len(ids) + 1.0)  # centred 1.0, weight 1/n, shrunk by a prior of 1
+    expected = (1.0 / len(ids)) / (1.0 / len(ids) + 1.0)  # centered 1.0, weight 1/n, shrunk by a prior of 1
     assert after[0].utility == pytest.approx(expected)
     with pytest.raises(InvalidInput):
         mem.complete(sel.id, 1.5)
@@ -753,7 +753,7 @@ def test_recall_config_validates():
     assert WritePolicy(update_cues=None).update_cues is None
 
 
-def test_vectors_are_centred_unit_vectors(tmp_path):
+def test_vectors_are_centered_unit_vectors(tmp_path):
     mem, _ = make(tmp_path)
     entry = mem.remember(FACTS[2])
     raw = sqlite3.connect(tmp_path / "mem.db").execute("SELECT vector FROM entries WHERE id = ?",
@@ -798,7 +798,7 @@ def test_remember_many_stores_what_remember_would_with_batched_encoding(tmp_path
     one, two = CountingEncoder(), CountingEncoder()
     a = AgentMemory.open(tmp_path / "a.db", encoder=one, namespace="team", clock=Clock())
     b = AgentMemory.open(tmp_path / "b.db", encoder=two, namespace="team", clock=Clock())
-    calls = one.calls, two.calls  # the centring mean, fitted on open
+    calls = one.calls, two.calls  # the centering mean, fitted on open
     singly = [a.remember(i, importance=0.7) if isinstance(i, str) else a.remember(importance=0.7, **i)
               for i in items]
     batched = b.remember_many(items, importance=0.7, progress=True)

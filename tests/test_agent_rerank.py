@@ -220,7 +220,7 @@ def test_model_file_round_trip_and_what_is_refused(tmp_path):
     (tmp_path / "abc123.json").write_text(json.dumps(m.to_dict()))
     loaded = shipped_reranker("abc123", 384, "c0ffee", directory=tmp_path)
     assert loaded is not None and loaded.to_dict() == m.to_dict()
-    assert shipped_reranker("abc123", 384, "another", directory=tmp_path) is None  # a file centred its own way
+    assert shipped_reranker("abc123", 384, "another", directory=tmp_path) is None  # a file centered its own way
     assert shipped_reranker("abc123", 128, "c0ffee", directory=tmp_path) is None
     assert shipped_reranker("nothing", 384, "c0ffee", directory=tmp_path) is None
     assert shipped_reranker("../abc123", 384, "c0ffee", directory=tmp_path) is None
@@ -232,7 +232,7 @@ def test_model_file_round_trip_and_what_is_refused(tmp_path):
         assert shipped_reranker(name, 384, "c0ffee", directory=tmp_path) is None
 
 
-def test_every_shipped_model_loads_for_its_encoder_and_centring_mean():
+def test_every_shipped_model_loads_for_its_encoder_and_centering_mean():
     from hopmem.agent.encoding import shipped_centerer
     from hopmem.agent.rerank import RERANK_DIR
 
@@ -241,7 +241,7 @@ def test_every_shipped_model_loads_for_its_encoder_and_centring_mean():
     for path in paths:
         m = LinearReranker.from_dict(json.loads(path.read_text()))
         assert m.fingerprint == path.stem and m.dim == 384 and 5 <= m.depth <= 100
-        centerer = shipped_centerer(m.fingerprint, 384)  # the mean a new file with that encoder is centred with
+        centerer = shipped_centerer(m.fingerprint, 384)  # the mean a new file with that encoder is centered with
         assert centerer is not None and m.centerer == centerer.fingerprint
         assert shipped_reranker(m.fingerprint, 384, centerer.fingerprint) is not None
 

@@ -25,10 +25,10 @@ from hopmem import InvalidConfig, Memory
 from hopmem.engine import _kernel, _reference
 
 
-def clustered(rng: np.random.Generator, n: int, dim: int, centres: int,
+def clustered(rng: np.random.Generator, n: int, dim: int, centers: int,
               spread: float) -> np.ndarray:
-    C = rng.standard_normal((centres, dim))
-    return (C[rng.integers(0, centres, n)] + spread * rng.standard_normal((n, dim))).astype(np.float32)
+    C = rng.standard_normal((centers, dim))
+    return (C[rng.integers(0, centers, n)] + spread * rng.standard_normal((n, dim))).astype(np.float32)
 
 
 @st.composite
@@ -37,9 +37,9 @@ def plan(draw):
     n = draw(st.integers(512, 1400))
     seed = draw(st.integers(0, 2**31 - 1))
     rng = np.random.default_rng(seed)
-    centres = draw(st.integers(1, 40))
+    centers = draw(st.integers(1, 40))
     spread = draw(st.sampled_from([0.05, 0.3, 1.0]))
-    X = clustered(rng, n + 12, dim, centres, spread)
+    X = clustered(rng, n + 12, dim, centers, spread)
     if draw(st.booleans()):
         X[rng.integers(0, n, 4)] = X[0]  # exact duplicates: ties in the scores
     Q = X[n:].copy()

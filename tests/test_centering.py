@@ -75,7 +75,7 @@ class TestTransform:
         assert out.dtype == np.float32 and out.shape == X.shape and out.flags["C_CONTIGUOUS"]
         np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, rtol=1e-5)
 
-    def test_is_centred_then_normalised(self):
+    def test_is_centered_then_normalized(self):
         X = data(20, 4)
         c = Centerer().fit(X)
         expected = X.astype(np.float64) - c.mean_.astype(np.float64)
@@ -114,9 +114,9 @@ class TestTransform:
         common = rng.normal(size=32)
         X = (common * 5 + rng.normal(size=(200, 32))).astype(np.float32)
         raw = X / np.linalg.norm(X, axis=1, keepdims=True)
-        centred = Centerer().fit_transform(X)
+        centered = Centerer().fit_transform(X)
         assert np.mean(raw[:100] @ raw[100:].T) > 0.8
-        assert abs(np.mean(centred[:100] @ centred[100:].T)) < 0.05
+        assert abs(np.mean(centered[:100] @ centered[100:].T)) < 0.05
 
     def test_unfitted_says_fit_first(self):
         with pytest.raises(InvalidInput, match="fit"):

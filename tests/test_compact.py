@@ -29,13 +29,13 @@ def twins(dim: int, **config) -> tuple[Memory, Memory]:
        noise=st.sampled_from([0.0, 0.05, 0.5]), duplicates=st.sampled_from([0, 40]))
 def test_compact_memory_equals_exact_memory(seed, dim, mode, k, noise, duplicates):
     rng = np.random.default_rng(seed)
-    X = clustered(300, dim, rng=rng, centres=6, noise=noise, duplicates=duplicates)  # ties in every score
+    X = clustered(300, dim, rng=rng, centers=6, noise=noise, duplicates=duplicates)  # ties in every score
     exact, compact = twins(dim, mode=mode, k=k, tau_overload=6.0)
     exact.write(X)
     compact.write(X)
     # Writes activate through the same path: the states must be identical.
     assert exact.snapshot() == compact.snapshot()
-    Q = np.concatenate([X[:5], clustered(5, dim, rng=rng, centres=6, noise=1.0), np.zeros((1, dim), np.float32)])
+    Q = np.concatenate([X[:5], clustered(5, dim, rng=rng, centers=6, noise=1.0), np.zeros((1, dim), np.float32)])
     for strategy in ("fast", "iterative"):
         for a, b in zip(exact.analyze(Q, strategy), compact.analyze(Q, strategy)):
             np.testing.assert_array_equal(a.activated, b.activated)
@@ -47,10 +47,10 @@ def test_compact_memory_equals_exact_memory(seed, dim, mode, k, noise, duplicate
 @pytest.mark.parametrize("activation", ["exact", "compact"])
 def test_batched_reads_equal_single_reads_with_ties(activation):
     rng = np.random.default_rng(3)
-    X = clustered(2000, 64, rng=rng, centres=20, noise=0.3, duplicates=200)
+    X = clustered(2000, 64, rng=rng, centers=20, noise=0.3, duplicates=200)
     mem = Memory(64, mode="plain", k=20, activation=activation)
     mem.write(X)
-    Q = np.concatenate([X[:70], clustered(60, 64, rng=rng, centres=20, noise=0.5)])  # > one block of 64
+    Q = np.concatenate([X[:70], clustered(60, 64, rng=rng, centers=20, noise=0.5)])  # > one block of 64
     batch = mem.analyze(Q)
     for q, t in zip(Q, batch):
         single = mem.analyze(q)

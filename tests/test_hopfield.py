@@ -55,7 +55,7 @@ def fast_bound(Y: np.ndarray, v: np.ndarray, beta: float, d: int) -> float:
     Scores within delta = 4 d 2^-24 of the float64 cosines move each weight by a
     factor within exp(+-2 beta delta), so the weights move by at most
     eps_p = exp(2 beta delta) - 1 in l1; the weighted sum by eps_p max|Y_j|
-    (float64 sums add ~1e-12 of it); normalising at most doubles the relative
+    (float64 sums add ~1e-12 of it); normalizing at most doubles the relative
     error; rounding to float32 adds 2^-23.
 
     A plain memory whose locations all have weight 1 reads each out as
@@ -354,7 +354,7 @@ def batch_bound(Y: np.ndarray, v: np.ndarray, beta: float, d: int) -> float:
     most 4 2^-24 off) and the scale by the rounded norm add 8 2^-24. The
     read-out (a float32 GEMM over a tile of at most TILE_ROWS rows, the
     address rounded) is within (TILE_ROWS + 1) 2^-24 of sum_j p_j |Y_j|;
-    normalising at most doubles it; float32 adds 2^-23.
+    normalizing at most doubles it; float32 adds 2^-23.
     """
     from hopmem.engine._batched import TILE_ROWS
 

@@ -19,7 +19,7 @@ substituted for its scores (`float32_scan`); if that run agrees with the kernel
 the disagreement was a float32 near-tie and the example is rejected, otherwise
 the test fails. The seeded tests are strict (their seeds have no near-tie).
 
-Cancellation. A read normalises a weighted sum of patterns; when that sum nearly
+Cancellation. A read normalizes a weighted sum of patterns; when that sum nearly
 cancels (a zero query weighs x and -x equally) its direction is rounding noise
 magnified by 1/|sum|, and the kernel's float32 unit patterns legitimately lead
 elsewhere than the float64 reference. A generated example that differs only on
@@ -142,7 +142,7 @@ def float32_reference(native: Memory) -> Memory:
 
 
 def sum_cancels(mem: Memory, trace) -> bool:
-    """Whether the fast read normalised a sum of patterns that nearly cancelled
+    """Whether the fast read normalized a sum of patterns that nearly cancelled
     (a zero query weighs x and -x equally): its direction is rounding noise."""
     snap = mem.snapshot()
     rows = np.searchsorted(snap.ids, trace.activated)
@@ -156,7 +156,7 @@ def iterate_with_float32_units(mem: Memory, q: np.ndarray, trace):
     float32 (a kernel speed choice since 8a72370), everything else float64. Agreement with
     this, not with the float64 reference, is what an ill-conditioned read (a sum
     that nearly cancels, magnifying that rounding) can promise. Also returns the
-    smallest norm of a sum it normalised."""
+    smallest norm of a sum it normalized."""
     snap, cfg = mem.snapshot(), mem.config
     rows = np.searchsorted(snap.ids, trace.activated)
     A, C = snap.addresses[rows].astype(np.float64), snap.counters[rows]
@@ -271,7 +271,7 @@ def test_seeded_workload(dim, mode, config):
     rng = np.random.default_rng(1000 * dim + sorted(CONFIGS).index(config))
     cfg = dict(CONFIGS[config], mode=mode, eta0=0.2, eta_decay=0.95, eta_min=0.02, seed=dim)
     native, reference = twins(dim, **cfg)
-    X = clustered(40, dim, rng=rng, centres=4, noise=0.35)
+    X = clustered(40, dim, rng=rng, centers=4, noise=0.35)
     X[11] = X[4]          # an exact duplicate: exact ties in both precisions
     X[23] = -X[7]         # an exact antipode
     X[30] = X[9] * 2.0**-20
@@ -289,7 +289,7 @@ def test_seeded_workload(dim, mode, config):
         assert native.snapshot().rng != fresh_rng
         if config == "bounded":
             assert merges > 0 and len(native) <= 6
-    Q = np.concatenate([clustered(5, dim, rng=rng, centres=4, noise=0.35), X[[4, 23]], np.zeros((1, dim), np.float32)])
+    Q = np.concatenate([clustered(5, dim, rng=rng, centers=4, noise=0.35), X[[4, 23]], np.zeros((1, dim), np.float32)])
     assert_reads_agree(native, reference, Q)
     an = native.attention(Q[0], scale=1.0 / math.sqrt(dim))
     ar = reference.attention(Q[0], scale=1.0 / math.sqrt(dim))
@@ -305,7 +305,7 @@ def test_splits_and_merges_happen_identically(dim):
     rng = np.random.default_rng(dim)
     native, reference = twins(dim, k=4, tau_overload=1.5, max_locations=5, seed=7,
                               eta0=0.3, eta_min=0.05)
-    X = clustered(30, dim, rng=rng, centres=2, noise=0.1)
+    X = clustered(30, dim, rng=rng, centers=2, noise=0.1)
     rn, rr = native.write(X), reference.write(X)
     assert write_log(rn) == write_log(rr)
     assert sum(len(c) for c in rn.created) > 3 and len(rn.merges) > 0
@@ -329,7 +329,7 @@ def test_empty_and_single_location():
 @pytest.mark.parametrize("dim", [2, 17, 64])
 def test_compress_merges_identically(dim):
     rng = np.random.default_rng(dim)
-    X = clustered(24, dim, rng=rng, centres=3, noise=0.05)
+    X = clustered(24, dim, rng=rng, centers=3, noise=0.05)
     native, reference = twins(dim, mode="plain", tau_merge=0.9)
     native.write(X), reference.write(X)
     cn, cr = native.compress(), reference.compress()  # merge_above tau_merge
@@ -362,7 +362,7 @@ def test_float32_near_tie_is_told_apart_from_a_bug():
     rng = np.random.default_rng(1574)
     for options in (6, 2, 5, 3, 3):
         rng.choice(options)  # replays the random stream of the soak run that found it
-    X = clustered(60, 17, rng=rng, centres=4)[:20]
+    X = clustered(60, 17, rng=rng, centers=4)[:20]
     cfg = dict(k=1, tau_overload=1.5, max_locations=8, seed=1574, beta=1.0, eta0=0.3,
                eta_min=0.01, eta_decay=0.9)
     native, reference = twins(17, **cfg)
@@ -530,7 +530,7 @@ def test_iterations_on_float64_copies_at_full_width(mode):
     # d = 384, k = 20: the vector loops run dozens of times, and plain mode
     # with merges mixes locations that reuse their address with ones that do not.
     rng = np.random.default_rng(11)
-    X = clustered(600, 384, rng=rng, centres=30, noise=0.35)
+    X = clustered(600, 384, rng=rng, centers=30, noise=0.35)
     copies = Memory(384, mode=mode, k=20, beta=8.0)
     copies.write(X)
     if mode == "plain":
@@ -548,9 +548,9 @@ def test_iterations_on_float64_copies_at_full_width(mode):
 def test_attention_agrees(layout, seed, dim, log_scale):
     rng = np.random.default_rng(seed)
     native, reference = twins(dim, mode="plain", k=4)
-    X = clustered(9, dim, rng=rng, centres=4, noise=0.35)
+    X = clustered(9, dim, rng=rng, centers=4, noise=0.35)
     native.write(X), reference.write(X)
-    q, exact = present(clustered(1, dim, rng=rng, centres=4, noise=0.35)[0], layout)
+    q, exact = present(clustered(1, dim, rng=rng, centers=4, noise=0.35)[0], layout)
     keep = snapshot_of(q)
     scale = 10.0**log_scale / math.sqrt(dim)
     an, ar = native.attention(q, scale), reference.attention(exact, scale)
@@ -699,7 +699,7 @@ def test_posting_lists_are_numpys_unique(pairs, strided):
 
 @st.composite
 def plain_inputs(draw):
-    """Batches of unit (float32-normalised), raw and scaled inputs, some zero or repeated."""
+    """Batches of unit (float32-normalized), raw and scaled inputs, some zero or repeated."""
     dim = draw(st.sampled_from([1, 5, 16, 33]))
     rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
     batches = []
@@ -733,7 +733,7 @@ def test_implied_counters_give_the_held_counters_bits(p):
     for _, X in batches:
         for mem in (lean, held, oracle):
             mem.write(X)
-    if all(kind == "unit" for kind, _ in batches):  # float32-normalised inputs: nothing held
+    if all(kind == "unit" for kind, _ in batches):  # float32-normalized inputs: nothing held
         assert lean._state.held_counters is None
     if any(kind == "tiny" for kind, _ in batches):  # outside the read-out range: held
         assert lean._state.held_counters is not None

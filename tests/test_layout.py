@@ -275,7 +275,7 @@ def test_the_store_depends_one_way():
 LAYERS: list[set[str]] = [
     {"errors", "_deprecation", "_arguments"},   # shared by every layer: errors and deprecations
     {"engine"},                                  # hopmem.engine: the memory over the kernel
-    {"text"},                                    # hopmem.text: encoders, centring, gates, recall
+    {"text"},                                    # hopmem.text: encoders, centering, gates, recall
     {"store", "agent"},                          # the durable store; the agent memory
     {"server", "cluster", "cli", "demo", "integrations"},
 ]

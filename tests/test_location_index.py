@@ -45,13 +45,13 @@ def index_plan(draw):
     n = draw(st.integers(40, 220))
     seed = draw(st.integers(0, 2**31 - 1))
     rng = np.random.default_rng(seed)
-    centres = rng.standard_normal((draw(st.integers(1, 10)), dim))
+    centers = rng.standard_normal((draw(st.integers(1, 10)), dim))
     spread = draw(st.sampled_from([0.05, 0.3, 1.0]))
-    X = (centres[rng.integers(0, len(centres), 2 * n)] + spread *
+    X = (centers[rng.integers(0, len(centers), 2 * n)] + spread *
          rng.standard_normal((2 * n, dim))).astype(np.float32)
     if draw(st.booleans()):
         X[rng.integers(0, 2 * n, 3)] = X[0]  # exact duplicates: ties in the scores
-    Q = (centres[rng.integers(0, len(centres), 12)] + spread *
+    Q = (centers[rng.integers(0, len(centers), 12)] + spread *
          rng.standard_normal((12, dim))).astype(np.float32)
     Q[0] = X[1]  # a stored input
     groups = draw(st.sampled_from([1, 2, 7, 30, 1000]))
@@ -106,8 +106,8 @@ def test_the_location_index_changes_no_read_and_no_write(plan, config):
 
 def test_compress_keeps_the_index_valid():
     rng = np.random.default_rng(3)
-    centres = rng.standard_normal((6, 24))
-    X = (centres[rng.integers(0, 6, 300)] + 1.0 * rng.standard_normal((300, 24))).astype(np.float32)
+    centers = rng.standard_normal((6, 24))
+    X = (centers[rng.integers(0, 6, 300)] + 1.0 * rng.standard_normal((300, 24))).astype(np.float32)
     mem = Memory(24, tau_split=0.9)
     mem.write(X)
     twin = Memory.from_config(mem.config, mem.snapshot())
@@ -122,8 +122,8 @@ def test_compress_keeps_the_index_valid():
 
 
 def test_an_index_is_built_used_and_judged_as_the_memory_grows(rng):
-    centres = rng.standard_normal((60, 32))
-    clustered = (centres[rng.integers(0, 60, 3000)] +
+    centers = rng.standard_normal((60, 32))
+    clustered = (centers[rng.integers(0, 60, 3000)] +
                  0.1 * rng.standard_normal((3000, 32))).astype(np.float32)
     mem = Memory(32)
     mem.write(clustered[:100])
@@ -149,9 +149,9 @@ def test_an_index_is_built_used_and_judged_as_the_memory_grows(rng):
 
 def test_readers_racing_to_build_the_index_read_what_a_scan_reads():
     rng = np.random.default_rng(4)
-    centres = rng.standard_normal((40, 24))
-    X = (centres[rng.integers(0, 40, 2500)] + 0.1 * rng.standard_normal((2500, 24))).astype(np.float32)
-    Q = (centres[rng.integers(0, 40, 64)] + 0.1 * rng.standard_normal((64, 24))).astype(np.float32)
+    centers = rng.standard_normal((40, 24))
+    X = (centers[rng.integers(0, 40, 2500)] + 0.1 * rng.standard_normal((2500, 24))).astype(np.float32)
+    Q = (centers[rng.integers(0, 40, 64)] + 0.1 * rng.standard_normal((64, 24))).astype(np.float32)
     mem = Memory(24)
     mem.write(X)
     _kernel.INDEX_ENABLED = False

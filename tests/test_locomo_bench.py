@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from benchmarks.locomo import run
-from benchmarks.locomo.data import load_folder, normalise_evidence
+from benchmarks.locomo.data import load_folder, normalize_evidence
 from benchmarks.locomo.metrics import abstention_scores, auc, evidence_recall
 
 FIXTURE = Path(__file__).parent / "fixtures" / "locomo_tiny"
@@ -35,9 +35,9 @@ def test_protocol_units_questions_and_never_mentioned() -> None:
     assert "What is the name of Dan's greyhound?" in {q.text for q in b2.never}
 
 
-def test_normalise_evidence() -> None:
+def test_normalize_evidence() -> None:
     known = {"D11:26", "D30:5", "D8:6", "D9:17"}
-    assert normalise_evidence(["D:11:26", "D30:05", "D8:6; D9:17", "D", "D1:1"], known) == (
+    assert normalize_evidence(["D:11:26", "D30:05", "D8:6; D9:17", "D", "D1:1"], known) == (
         ("D11:26", "D30:5", "D8:6", "D9:17"), 2)
 
 

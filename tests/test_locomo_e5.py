@@ -82,7 +82,7 @@ class TestWithTheModel:
         E5SmallEncoder(num_threads=1)
         assert os.environ.get("OMP_NUM_THREADS") == before
 
-    @pytest.mark.slow  # a new memory encodes its 240 centring texts: tens of seconds on a busy machine
+    @pytest.mark.slow  # a new memory encodes its 240 centering texts: tens of seconds on a busy machine
     def test_an_agent_memory_takes_it(self, encoder: E5SmallEncoder) -> None:
         from hopmem.agent import AgentMemory
 

@@ -91,12 +91,12 @@ def test_bad_batch_is_rejected_whole(backend):
 @pytest.fixture(params=BACKENDS)
 def filled(request) -> Memory:
     mem = Memory(6, k=4, beta=8.0, tau_overload=3.0, backend=request.param)
-    mem.write(clustered(30, 6, rng=0, centres=3))
+    mem.write(clustered(30, 6, rng=0, centers=3))
     return mem
 
 
 def test_read_shapes(filled):
-    q = clustered(5, 6, rng=1, centres=3)
+    q = clustered(5, 6, rng=1, centers=3)
     for strategy in ("iterative", "fast"):
         one = filled.read(q[0], strategy)
         assert one.shape == (6,) and one.dtype == np.float32
@@ -110,7 +110,7 @@ def test_read_shapes(filled):
 
 
 def test_analyze_returns_trace_or_list(filled):
-    q = clustered(3, 6, rng=2, centres=3)
+    q = clustered(3, 6, rng=2, centers=3)
     trace = filled.analyze(q[0], "fast")
     assert isinstance(trace, Trace) and trace.strategy == "fast"
     kk = min(4, len(filled))
@@ -133,8 +133,8 @@ def test_read_equals_the_traced_result(backend, mode):
     # read() takes a lean path (no trace, and no fast read-out behind an
     # iterative read): its result must still be the traced read's, bit for bit.
     mem = Memory(6, mode=mode, k=4, beta=8.0, backend=backend)
-    mem.write(clustered(30, 6, rng=0, centres=3))
-    q = clustered(4, 6, rng=3, centres=3)
+    mem.write(clustered(30, 6, rng=0, centers=3))
+    q = clustered(4, 6, rng=3, centers=3)
     for strategy in ("iterative", "fast"):
         traces = mem.analyze(q, strategy)
         np.testing.assert_array_equal(mem.read(q, strategy), np.stack([t.result for t in traces]))
@@ -159,10 +159,10 @@ def test_trace_ids_are_ids_not_rows():
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_attention_in_plain_mode_is_softmax_attention(backend):
-    X = clustered(7, 5, rng=3, centres=3)
+    X = clustered(7, 5, rng=3, centers=3)
     mem = Memory(5, mode="plain", k=7, backend=backend)
     mem.write(X)
-    q = clustered(1, 5, rng=4, centres=3)[0]
+    q = clustered(1, 5, rng=4, centers=3)[0]
     scale = 1.0 / math.sqrt(5)
     logits = scale * (X.astype(np.float64) @ q.astype(np.float64))
     alpha = np.exp(logits - logits.max())
@@ -182,7 +182,7 @@ def test_attention_in_plain_mode_is_softmax_attention(backend):
 def test_fingerprint(backend):
     mem = Memory(4, backend=backend)
     assert mem.fingerprint() is None
-    mem.write(clustered(10, 4, rng=5, centres=3))
+    mem.write(clustered(10, 4, rng=5, centers=3))
     fp = mem.fingerprint()
     assert fp.shape == (4,) and fp.dtype == np.float32
     assert np.linalg.norm(fp) == pytest.approx(1.0, abs=1e-6)
@@ -197,7 +197,7 @@ def test_stats(backend):
     assert (empty.num_locations, empty.writes, empty.total_weight, empty.avg_write_weight,
             empty.max_write_weight) == (0, 0, 0.0, 0.0, 0.0)
     assert empty.current_eta == 0.05
-    mem.write(clustered(12, 3, rng=6, centres=3))
+    mem.write(clustered(12, 3, rng=6, centers=3))
     s = mem.stats()
     assert s.num_locations == len(mem) == len(mem.ids)
     assert s.writes == 12  # vectors, not the sum of weights
@@ -212,7 +212,7 @@ def test_stats(backend):
 
 def test_stats_write_count_names_are_deprecated():
     mem = Memory(3)
-    mem.write(clustered(12, 3, rng=6, centres=3))
+    mem.write(clustered(12, 3, rng=6, centers=3))
     s = mem.stats()
     with pytest.warns(DeprecationWarning, match=r"Stats\.avg_write_count.*avg_write_weight"):
         assert s.avg_write_count == s.avg_write_weight
@@ -250,7 +250,7 @@ def test_compress(backend):
 
 def test_compress_uses_the_configured_bound():
     mem = Memory(4, mode="plain", max_locations=3)
-    mem.write(clustered(8, 4, rng=7, centres=3))
+    mem.write(clustered(8, 4, rng=7, centers=3))
     assert len(mem) == 8  # plain mode stores every vector; compress enforces the bound
     assert mem.compress().locations_after == 3
 
@@ -474,7 +474,7 @@ def test_errors_keep_their_builtin_bases():
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_snapshot_restore_is_bit_exact(backend):
     mem = Memory(5, k=3, tau_overload=2.0, max_locations=6, backend=backend)
-    X = clustered(40, 5, rng=8, centres=3)
+    X = clustered(40, 5, rng=8, centers=3)
     mem.write(X[:20])
     snap = mem.snapshot()
     assert isinstance(snap, Snapshot) and snap == mem.snapshot()
@@ -490,7 +490,7 @@ def test_from_config_continues_identically(backend):
     # tau_overload small so that the continuation splits: the generator state
     # must be carried over too, not only the arrays.
     mem = Memory(5, k=3, tau_overload=2.0, max_locations=8, seed=3, backend=backend)
-    X = clustered(60, 5, rng=9, centres=3)
+    X = clustered(60, 5, rng=9, centers=3)
     mem.write(X[:25])
     twin = Memory.from_config(mem.config, mem.snapshot(), backend=backend)
     assert twin.config == mem.config and twin.snapshot() == mem.snapshot()

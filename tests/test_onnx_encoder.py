@@ -36,7 +36,7 @@ from hopmem.text.encoders import (
     model_fingerprint,
 )
 
-#: The fingerprints of the built-in MiniLM encoders. Pinned: stores record them and a centring mean is
+#: The fingerprints of the built-in MiniLM encoders. Pinned: stores record them and a centering mean is
 #: shipped for each; a change here is an on-disk format change.
 TORCH_MINILM = "a7dc645a93cec792"
 ONNX_MINILM = "0fb0f6320440dccd"
@@ -604,7 +604,7 @@ def test_the_shipped_onnx_mean_is_the_fitted_one(which, request):
 
     enc = request.getfixturevalue(which)
     shipped = shipped_centerer(enc.fingerprint, enc.dim)
-    assert shipped is not None, f"no centring mean shipped for {enc!r}: run benchmarks/centering_means.py"
+    assert shipped is not None, f"no centering mean shipped for {enc!r}: run benchmarks/centering_means.py"
     fitted = fit_space_centerer(enc, enc.dim)
     # bit for bit on the CPU the file was made on; other CPUs' kernels (int8 ones above all) may differ a little
     np.testing.assert_allclose(shipped.mean_, fitted.mean_, atol=1e-6 if enc.quantize is None else 1e-3)

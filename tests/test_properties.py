@@ -251,7 +251,7 @@ def test_winner_moves_towards_the_input_at_the_damped_rate(backend):
     mem.write([1.0, 0.0])
     x = np.array([1.0, 1.0])
     mem.write(x)
-    # n_winner was 1 before the write: rate = 0.2 / (1 + 1/10); the input is unnormalised.
+    # n_winner was 1 before the write: rate = 0.2 / (1 + 1/10); the input is unnormalized.
     rate = 0.2 / 1.1
     a = np.array([1.0, 0.0]) + rate * (x - np.array([1.0, 0.0]))
     np.testing.assert_allclose(mem.addresses[0], a / np.linalg.norm(a), atol=1e-7)
@@ -303,8 +303,8 @@ def write_plan(draw):
     n = draw(st.integers(90, 260))
     seed = draw(st.integers(0, 2**31 - 1))
     rng = np.random.default_rng(seed)
-    centres = rng.standard_normal((draw(st.integers(2, 12)), dim))
-    X = (centres[rng.integers(0, len(centres), n)] + draw(st.sampled_from([0.2, 0.6])) *
+    centers = rng.standard_normal((draw(st.integers(2, 12)), dim))
+    X = (centers[rng.integers(0, len(centers), n)] + draw(st.sampled_from([0.2, 0.6])) *
          rng.standard_normal((n, dim))).astype(np.float32)
     cuts = draw(st.lists(st.sampled_from([1, 2, 7, 8, 9, 17, 64, 100]), min_size=1, max_size=8))
     return X, cuts

@@ -84,8 +84,8 @@ class ArraySource:
 
 def clusters(n_clusters=6, per=4, dim=48, spread=0.6, seed=0):
     rng = np.random.default_rng(seed)
-    centres = unit(rng.normal(size=(n_clusters, dim)))
-    docs = unit(np.repeat(centres, per, 0) + spread * unit(rng.normal(size=(n_clusters * per, dim))))
+    centers = unit(rng.normal(size=(n_clusters, dim)))
+    docs = unit(np.repeat(centers, per, 0) + spread * unit(rng.normal(size=(n_clusters * per, dim))))
     return docs.astype(np.float32), rng
 
 

@@ -310,7 +310,7 @@ def remember(conv, text, ts):
     The metadata rides along so the turn is retrievable as a document; the
     sidecar copy holds the exact vector, which is what resolution scores
     against. Storing a re-encoded vector later would resolve to noise."""
-    v = embed(text)                                   # centred, unit-length
+    v = embed(text)                                   # centered, unit-length
     call("POST", f"/db/{DB}/collections/{conv}/write",
          {"vectors": [list(v)], "metadata": [{"text": text, "ts": ts}]})
     side.execute("INSERT INTO turns VALUES (?,?,?,?)",
@@ -388,7 +388,7 @@ _MEAN = np.mean([_raw(t) for t in TURNS + ["what", "is", "the", "a", "of", "new"
 
 
 def embed(text: str) -> np.ndarray:
-    """Centred and unit length, float64 (so ``list(v)`` is JSON-serialisable)."""
+    """Centered and unit length, float64 (so ``list(v)`` is JSON-serialisable)."""
     v = _raw(text) - _MEAN
     return v / np.linalg.norm(v)
 

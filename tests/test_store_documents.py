@@ -81,7 +81,7 @@ def test_exact_similarities_are_cosines(db):
 
 def test_indexed_results_are_a_subset_of_exact(db):
     coll = db.collection("c", k=3)
-    X = clustered(80, 16, rng=5, centres=10, noise=0.15, centre_seed=99)
+    X = clustered(80, 16, rng=5, centers=10, noise=0.15, centre_seed=99)
     coll.write(X, metadata=list(range(80)))
     q = X[10] + 0.05
     exact = {h.id: h.similarity for h in coll.resolve(q, limit=80, mode="exact")}
@@ -132,7 +132,7 @@ def test_delete_before_the_indexes_are_loaded(db):
 def test_document_on_a_freshly_spawned_location_is_found_indexed(tmp_path):
     with hopmem.open(str(tmp_path / "s.hopmem"), dim=64) as db:
         coll = db.collection("c", tau_split=0.3)
-        coll.write(clustered(40, 64, rng=8, centres=3, noise=0.15, centre_seed=99))
+        coll.write(clustered(40, 64, rng=8, centers=3, noise=0.15, centre_seed=99))
         # Orthogonal to every address: the write cannot absorb, so it spawns.
         A = coll.addresses.astype(np.float64)
         v = np.random.default_rng(1).standard_normal(64)
@@ -151,7 +151,7 @@ def test_document_on_a_freshly_spawned_location_is_found_indexed(tmp_path):
 
 def test_postings_follow_merges_in_writes_and_compress(tmp_path):
     path = str(tmp_path / "m.hopmem")
-    X = clustered(120, 16, rng=9, centres=20, noise=0.3, centre_seed=99)
+    X = clustered(120, 16, rng=9, centers=20, noise=0.3, centre_seed=99)
     with hopmem.open(path, dim=16, max_locations=8, k=4) as db:
         coll = db.collection("c")
         merges = 0
@@ -174,7 +174,7 @@ def test_postings_follow_merges_in_writes_and_compress(tmp_path):
 
 def test_resolve_a_reconstruction(db):
     coll = db.collection("c", beta=20.0)
-    X = clustered(50, 16, rng=10, centres=5, noise=0.05, centre_seed=99)
+    X = clustered(50, 16, rng=10, centers=5, noise=0.05, centre_seed=99)
     coll.write(X, metadata=[{"i": i} for i in range(50)])
     recon = coll.read(X[3] + 0.1)
     hits = coll.resolve(recon, limit=5)

@@ -199,7 +199,7 @@ class TestRefusals:
         with pytest.raises(InvalidInput, match="no centering mean"):
             tc.prepare(["x"])
 
-    def test_a_collection_with_uncentred_vectors(self, db):
+    def test_a_collection_with_uncentered_vectors(self, db):
         coll = db.collection("raw")
         coll.write(ENC.encode(STATEMENTS[:3]), metadata=[{"text": t} for t in STATEMENTS[:3]])
         tc = TextCollection(coll, ENC)

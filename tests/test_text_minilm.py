@@ -119,25 +119,25 @@ class _Source(_CollectionSource):
         self.collection = collection
 
 
-# -- separation: first_contact, fidelity, confidence; centred and not -------------------------
+# -- separation: first_contact, fidelity, confidence; centered and not -------------------------
 
 
 def separation(tc: TextCollection, raw_collection) -> dict[str, dict[str, float]]:
     """AUC of each statistic between related and unrelated questions (all 96 + 96)."""
     out = {}
-    centred = tc.prepare(RELATED).vectors, tc.prepare(UNRELATED).vectors
+    centered = tc.prepare(RELATED).vectors, tc.prepare(UNRELATED).vectors
     raw = [tc.encoder.encode(t) for t in (RELATED, UNRELATED)]
     raw = [x / np.linalg.norm(x, axis=1, keepdims=True) for x in raw]
-    for name, source, (rel, irr) in (("centred", _Source(tc.collection), centred),
-                                     ("uncentred", _Source(raw_collection), raw)):
+    for name, source, (rel, irr) in (("centered", _Source(tc.collection), centered),
+                                     ("uncentered", _Source(raw_collection), raw)):
         a, b = question_statistics(source, rel), question_statistics(source, irr)
         out[name] = {stat: gates.auc(getattr(a, stat), getattr(b, stat))
                      for stat in ("first_contact", "fidelity", "confidence")}
     return out
 
 
-def uncentred_collection(db, encoder, **config):
-    coll = db.collection("uncentred", **config)
+def uncentered_collection(db, encoder, **config):
+    coll = db.collection("uncentered", **config)
     raw = encoder.encode(STATEMENTS)
     coll.write(raw / np.linalg.norm(raw, axis=1, keepdims=True),
                metadata=[{"text": t, "sid": s} for t, s in zip(STATEMENTS, SIDS)])
@@ -232,10 +232,10 @@ def test_calibrated_gate_on_a_held_out_split(folds, fold):
 
 
 def test_first_contact_separates_related_from_unrelated(tc, db, encoder):
-    table = separation(tc, uncentred_collection(db, encoder, **TEXT_COLLECTION_CONFIG))
-    assert table["centred"]["first_contact"] >= 0.95, table
-    assert table["centred"]["confidence"] >= table["centred"]["first_contact"] - 0.01, table
-    assert all(0.5 < v <= 1.0 for v in table["uncentred"].values()), table  # measured, reported
+    table = separation(tc, uncentered_collection(db, encoder, **TEXT_COLLECTION_CONFIG))
+    assert table["centered"]["first_contact"] >= 0.95, table
+    assert table["centered"]["confidence"] >= table["centered"]["first_contact"] - 0.01, table
+    assert all(0.5 < v <= 1.0 for v in table["uncentered"].values()), table  # measured, reported
 
 
 def test_fused_recall_is_at_least_as_good_as_the_question_alone(tc):
@@ -301,7 +301,7 @@ def main(argv: list[str]) -> None:  # pragma: no cover - a report, run by hand
     raw = encoder.encode(STATEMENTS)
     raw = raw / np.linalg.norm(raw, axis=1, keepdims=True)
     pairs = (raw @ raw.T)[np.triu_indices(len(raw), 1)]
-    print(f"mean pairwise cosine of the statements, uncentred: {pairs.mean():.3f}")
+    print(f"mean pairwise cosine of the statements, uncentered: {pairs.mean():.3f}")
     print("\n## Mean learned from m statements: question-NN top-1 (mean, min) / AUC (mean, min)\n")
     for row in centering_sample_table(encoder):
         print("| {} | {:.3f} | {:.3f} | {:.3f} | {:.3f} |".format(*row))
@@ -317,7 +317,7 @@ def main(argv: list[str]) -> None:  # pragma: no cover - a report, run by hand
                 f"{table[r][0]:.3f} / {table[r][1]:.2f}" for r in FUSIONS) + " |")
         tc = remembered(db, "conversation", encoder)
         print("\n## Separation (AUC, 96 related vs 96 unrelated)\n")
-        sep = separation(tc, uncentred_collection(db, encoder, **TEXT_COLLECTION_CONFIG))
+        sep = separation(tc, uncentered_collection(db, encoder, **TEXT_COLLECTION_CONFIG))
         print("| vectors | first_contact | fidelity | confidence |\n|---|---|---|---|")
         for name, row in sep.items():
             print(f"| {name} | {row['first_contact']:.3f} | {row['fidelity']:.3f} | "

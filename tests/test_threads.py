@@ -95,10 +95,10 @@ def test_threaded_writes_match_the_reference(config):
 
 @pytest.mark.parametrize("activation", ["exact", "compact"])
 def test_threaded_reads_are_bit_equal(activation):
-    X = clustered(1200, 40, rng=11, centres=30, noise=0.4)
+    X = clustered(1200, 40, rng=11, centers=30, noise=0.4)
     mem = Memory(40, activation=activation, mode="plain", seed=2)
     mem.write(X)
-    Q = clustered(24, 40, rng=12, centres=30, noise=0.4)
+    Q = clustered(24, 40, rng=12, centers=30, noise=0.4)
     with threads(1, split_everything=False):
         alone = [mem.analyze(q, s) for q in Q for s in ("fast", "iterative")]
         batch_alone = mem.read(Q, "iterative")
@@ -113,7 +113,7 @@ def test_threaded_reads_are_bit_equal(activation):
 
 def test_default_scans_share_large_memories_only():
     # With the real thresholds a 10,000-location scan is shared; results still equal.
-    X = clustered(10_000, 64, rng=4, centres=200, noise=0.3)
+    X = clustered(10_000, 64, rng=4, centers=200, noise=0.3)
     mem = Memory(64, mode="plain", seed=1)
     mem.write(X)
     q = X[17] + 0.01

@@ -44,7 +44,7 @@ What it does, on any set
    abstention questions = unrelated, the library's default ``error_budget``
    unless ``--error-budget`` is given).
 3. Asks every question with ``limit=5`` under four retrievers: hybrid (the
-   default), associative only, keyword only, and plain cosine top-k (uncentred
+   default), associative only, keyword only, and plain cosine top-k (uncentered
    MiniLM cosine over all turns, no gate: the baseline that never abstains).
 4. Reports, per category, recall@1 and recall@5 where recall@k = |gold in
    top-k| / min(k, |gold|), end to end (an abstention scores 0 on an

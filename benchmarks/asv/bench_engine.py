@@ -63,7 +63,7 @@ def _unit_rows(X: np.ndarray) -> np.ndarray:
 class Pool:
     """A clustered pool of unit vectors in ``d`` dimensions.
 
-    ``topics`` are cluster centres grouped under ``N_PARENTS`` parents; half
+    ``topics`` are cluster centers grouped under ``N_PARENTS`` parents; half
     the topics of every parent are the ones a memory is filled from ("seen"),
     the other half are never written ("unseen") but are siblings of seen ones,
     which keeps the seen/unseen separation from being trivial.
@@ -473,7 +473,7 @@ class ApproximateSuite:
     N = 50_000
 
     def setup_cache(self):
-        rng = np.random.default_rng(SEED)  # 1,000 centres, cos ~0.74 to the centre
+        rng = np.random.default_rng(SEED)  # 1,000 centers, cos ~0.74 to the center
         C = _unit_rows(rng.standard_normal((1000, 384)))
         P = _unit_rows(C[rng.integers(0, 1000, self.N + 64)]
                        + 0.9 / np.sqrt(384) * rng.standard_normal((self.N + 64, 384)))

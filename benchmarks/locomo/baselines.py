@@ -60,7 +60,7 @@ def order(scores: np.ndarray) -> list[int]:
 
 
 def dense_ranking(unit_vectors: np.ndarray, query_vector: np.ndarray) -> list[int]:
-    """Units by cosine to the query (raw encoder vectors, normalised)."""
+    """Units by cosine to the query (raw encoder vectors, normalized)."""
     u = unit_vectors / np.maximum(np.linalg.norm(unit_vectors, axis=1, keepdims=True), 1e-12)
     q = query_vector / max(float(np.linalg.norm(query_vector)), 1e-12)
     return order(u @ q)

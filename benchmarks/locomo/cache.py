@@ -125,7 +125,7 @@ class SplitEncoder:
     question. The encoder protocol has one ``encode`` for both, so a library
     memory cannot do this; the benchmark can, because it knows every text it
     stores: :meth:`set_passages` names them, and everything else (questions,
-    their parts, the centring texts) goes through the query encoder.
+    their parts, the centering texts) goes through the query encoder.
     """
 
     def __init__(self, passage: CachedEncoder, query: CachedEncoder) -> None:

@@ -5,7 +5,7 @@
   turn's index in seconds;
 * answerable questions: categories 1-4 (1 multi-hop, 2 temporal,
   3 open-domain, 4 single-hop) with their evidence turns, evidence ids
-  normalised ("D:11:26" -> "D11:26", "D30:05" -> "D30:5", "D8:6; D9:17" -> two
+  normalized ("D:11:26" -> "D11:26", "D30:05" -> "D30:5", "D8:6; D9:17" -> two
   ids) and those that name no turn of the conversation dropped; a question left
   with no evidence is not scored;
 * never-mentioned questions: the answerable questions of the *other*
@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["CATEGORIES", "Unit", "Question", "Conversation", "load_folder", "never_mentioned", "normalise_evidence"]
+__all__ = ["CATEGORIES", "Unit", "Question", "Conversation", "load_folder", "never_mentioned", "normalize_evidence"]
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 NEVER_MENTIONED_MAX = 150
@@ -72,7 +72,7 @@ def _session_time(raw: str) -> float:
 _EVIDENCE = re.compile(r"D\s*:?\s*(\d+)\s*:\s*(\d+)")
 
 
-def normalise_evidence(raw: list[str] | None, known: set[str]) -> tuple[tuple[str, ...], int]:
+def normalize_evidence(raw: list[str] | None, known: set[str]) -> tuple[tuple[str, ...], int]:
     """The question's evidence ids that name turns of the conversation, and how many were dropped."""
     out: list[str] = []
     dropped = 0
@@ -109,7 +109,7 @@ def load_conversation(path: Path) -> Conversation:
         category = int(qa.get("category", 0))
         if category not in CATEGORIES:
             continue
-        evidence, dropped = normalise_evidence(qa.get("evidence"), known)
+        evidence, dropped = normalize_evidence(qa.get("evidence"), known)
         conv.dropped_evidence += dropped
         if not evidence:
             conv.unscored += 1

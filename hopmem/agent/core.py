@@ -1,11 +1,11 @@
 """The state every agent-memory operation works on, and the helpers they share.
 
 :class:`MemoryState` holds one namespace of one SQLite file: the store, the
-encoder contract (name, dimension, fingerprint, centring mean), the in-memory
+encoder contract (name, dimension, fingerprint, centering mean), the in-memory
 index (:mod:`hopmem.agent.index`), the calibrated gates and verdict models, the
 clock, the lock, the event bus, the recall settings and the write and retention
 policies. It loads the namespace, notices other controllers' commits, adds and
-drops rows, encodes and centres text, and derives an entry's utility, retention
+drops rows, encodes and centers text, and derives an entry's utility, retention
 and visibility. Its public attributes and methods are the whole interface the
 operations see: each is a small class holding the state (writes, recall,
 calibration, feedback, maintenance), and :class:`~hopmem.agent.AgentMemory`
@@ -63,7 +63,7 @@ class MemoryState:
     """One namespace of one agent-memory file, in memory: what :class:`~hopmem.agent.AgentMemory`'s parts share.
 
     Built from :meth:`~hopmem.agent.AgentMemory.open`'s arguments (see there), checked; it
-    opens the file (and closes it again if the file's encoder or centring mean does not match).
+    opens the file (and closes it again if the file's encoder or centering mean does not match).
     """
 
     def __init__(self, path: str | os.PathLike[str], *, encoder: Encoder, namespace: str,
@@ -153,7 +153,7 @@ class MemoryState:
 
     def resolve_reranker(self) -> Reranker | None:
         """The reranker recall uses: the one given to :meth:`open`, none (``False``), or (``None``) the one
-        shipped for this file's encoder and centring mean (:func:`~hopmem.agent.rerank.shipped_reranker`)."""
+        shipped for this file's encoder and centering mean (:func:`~hopmem.agent.rerank.shipped_reranker`)."""
         choice = self._reranker_choice
         if choice is False:
             return None
@@ -163,7 +163,7 @@ class MemoryState:
         return shipped_reranker(self.encoder_info["fingerprint"], self.dim, centerer) if centerer else None
 
     def _check_contract(self, centerer: Centerer | None, now: float) -> None:
-        """Record or verify the encoder and the centring mean: never mix vector spaces."""
+        """Record or verify the encoder and the centering mean: never mix vector spaces."""
         store = self.store
         info = encoder_record(self.encoder)
         name, fingerprint = info["name"], info["fingerprint"]
@@ -184,7 +184,7 @@ class MemoryState:
             stored = Centerer.from_dict(store.get_json("centerer"))
             if centerer is not None and centerer.fingerprint != stored.fingerprint:
                 raise IncompatibleStore(
-                    f"{store.path} was centred with mean {stored.fingerprint}; the centerer given has "
+                    f"{store.path} was centered with mean {stored.fingerprint}; the centerer given has "
                     f"{centerer.fingerprint}")
             centerer = stored
         self.centerer = centerer
@@ -335,7 +335,7 @@ class MemoryState:
     # -- encoding -------------------------------------------------------------------------------
 
     def encode(self, texts: Sequence[str], progress: bool | None = False) -> np.ndarray:
-        """Checked, centred vectors for ``texts`` with this memory's encoder (in batches; see ``encoding``)."""
+        """Checked, centered vectors for ``texts`` with this memory's encoder (in batches; see ``encoding``)."""
         return encode_batches(self.encoder, self.centerer, self.dim, texts, progress=progress)
 
     # -- derived per-row values ------------------------------------------------------------------------

@@ -1,8 +1,8 @@
-"""Texts to the vectors the memory stores: encoded, checked and centred, in batches for many.
+"""Texts to the vectors the memory stores: encoded, checked and centered, in batches for many.
 
 Every vector that enters an agent memory passes :func:`encode`: the encoder's
 output must be ``(len(texts), dim)`` and finite, or nothing is written. A
-file's vector space is its encoder (:func:`encoder_record`) and its centring
+file's vector space is its encoder (:func:`encoder_record`) and its centering
 mean (:func:`space_centerer`), recorded when the file is made and when it is
 re-embedded. Long
 runs (:meth:`~hopmem.agent.AgentMemory.remember_many`,
@@ -28,7 +28,7 @@ from ..text.encoders import Encoder, encoder_dim
 
 logger = logging.getLogger(__name__)
 
-#: Folder of shipped centring means: ``<encoder fingerprint>.json`` per encoder (see :func:`shipped_centerer`).
+#: Folder of shipped centering means: ``<encoder fingerprint>.json`` per encoder (see :func:`shipped_centerer`).
 CENTERING_DIR = Path(__file__).resolve().parents[1] / "data" / "centering"
 _SHIPPED_FORMAT = "hopmem.shipped-centerer"
 
@@ -39,7 +39,7 @@ PROGRESS_FROM = 1000
 
 
 def encode(encoder: Encoder, centerer: Centerer | None, dim: int, texts: Sequence[str]) -> np.ndarray:
-    """``texts`` encoded and centred (raw with ``centerer=None``), ``(len(texts), dim)`` float32;
+    """``texts`` encoded and centered (raw with ``centerer=None``), ``(len(texts), dim)`` float32;
     :class:`InvalidInput` if the encoder returns another shape or a non-finite value."""
     raw = np.asarray(encoder.encode(list(texts)), dtype=np.float32)
     if raw.shape != (len(texts), dim) or not np.isfinite(raw).all():
@@ -73,7 +73,7 @@ def encode_batches(encoder: Encoder, centerer: Centerer, dim: int, texts: Sequen
 
 
 def centerer_reference_texts() -> list[str]:
-    """The reference texts bundled with hopmem that fit a new file's centring mean."""
+    """The reference texts bundled with hopmem that fit a new file's centering mean."""
     data = json.loads((Path(__file__).resolve().parents[1] / "data" / "conversation.json").read_text(encoding="utf-8"))
     texts = [s["text"] for s in data.get("statements", [])]
     texts += [q["question"] for q in data.get("related", [])]
@@ -102,7 +102,7 @@ def shipped_record(encoder: Encoder, centerer: Centerer) -> dict[str, Any]:
 
 
 def shipped_centerer(fingerprint: str, dim: int, directory: Path | None = None) -> Centerer | None:
-    """The centring mean shipped for the encoder ``fingerprint`` (in ``directory``, :data:`CENTERING_DIR` by
+    """The centering mean shipped for the encoder ``fingerprint`` (in ``directory``, :data:`CENTERING_DIR` by
     default), frozen; None when none is shipped, or the one shipped is for another dimension or other
     reference texts (then the mean is computed, as for any encoder)."""
     path = (CENTERING_DIR if directory is None else directory) / f"{fingerprint}.json"
@@ -113,12 +113,12 @@ def shipped_centerer(fingerprint: str, dim: int, directory: Path | None = None) 
         if (data.get("format") != _SHIPPED_FORMAT or data["encoder"]["fingerprint"] != fingerprint
                 or data["encoder"]["dimension"] != dim
                 or data["reference_texts_sha256"] != reference_texts_digest()):
-            logger.warning("shipped centring mean %s does not match this encoder or the bundled texts; "
+            logger.warning("shipped centering mean %s does not match this encoder or the bundled texts; "
                            "computing the mean instead", path)
             return None
         centerer = Centerer.from_dict(data["centerer"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        logger.warning("could not read the shipped centring mean %s (%s); computing the mean instead", path, exc)
+        logger.warning("could not read the shipped centering mean %s (%s); computing the mean instead", path, exc)
         return None
     if not centerer.fitted or centerer.dim != dim:
         return None
@@ -139,7 +139,7 @@ def encoder_record(encoder: Encoder) -> dict[str, Any]:
 
 
 def space_centerer(encoder: Encoder, dim: int, centerer: Centerer | None = None) -> Centerer:
-    """The frozen centring mean for a new vector space: ``centerer`` (it must be fitted, of dimension ``dim``),
+    """The frozen centering mean for a new vector space: ``centerer`` (it must be fitted, of dimension ``dim``),
     else the mean shipped for ``encoder``'s fingerprint (:func:`shipped_centerer`: no encoding at all), else
     one fitted on :func:`centerer_reference_texts` encoded (checked) by ``encoder``
     (:func:`fit_space_centerer`).

@@ -1,6 +1,6 @@
 """Evidence of each candidate entry for one query, and the lexical statistics behind it.
 
-For a candidate ``e`` and the centred query ``q`` (``r`` the engine's
+For a candidate ``e`` and the centered query ``q`` (``r`` the engine's
 reconstruction, ``f = cos(q, r)``): ``semantic = cos(q, e)``, ``associative =
 max(f, 0) * cos(r, e)``, ``path = max(semantic, associative)``, and ``keyword
 = b / (b + bm25_half)`` with ``b`` the entry's BM25 score for the query's words
@@ -34,7 +34,7 @@ EVERYDAY_ZIPF: float = constant("EVERYDAY_ZIPF")
 #: a rare word the candidates lack says more than a common one.
 CONTENT_WEIGHT_CEILING: float = constant("CONTENT_WEIGHT_CEILING")
 CONTENT_WEIGHT_MIN: float = constant("CONTENT_WEIGHT_MIN")
-#: BM25's term-frequency saturation and length normalisation in :func:`lexical_scorer`.
+#: BM25's term-frequency saturation and length normalization in :func:`lexical_scorer`.
 BM25_K1: float = constant("BM25_K1")
 BM25_B: float = constant("BM25_B")
 #: Below this many visible entries no query word is too common to search (``common_fraction``).
@@ -142,7 +142,7 @@ class Evidence:
 
     ``semantic`` and ``associative`` are the engine's scores (copied from the
     candidate lists and completed here for candidates only the keyword, exact
-    or time lists found); ``keyword`` holds the normalised BM25 evidence and
+    or time lists found); ``keyword`` holds the normalized BM25 evidence and
     ``value`` the candidate's evidence. Built once per recall
     (:meth:`score_all`); later stages extend a copy (:meth:`extended`).
     """

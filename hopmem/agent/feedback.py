@@ -1,7 +1,7 @@
 """Selections and feedback: report how the work that used a selection went, or set an entry's value.
 
 :meth:`Feedback.complete` consumes a recall's receipt and spreads the
-centred score over the selected entries in one transaction (a second call
+centered score over the selected entries in one transaction (a second call
 changes nothing); :meth:`Feedback.feedback` sets, replaces or clears an
 entry's manual value. Utility (:func:`hopmem.agent.retention.utility`) reorders
 hits and stretches half-lives only with ``reinforcement=True``.
@@ -35,7 +35,7 @@ class Feedback:
         with state.lock:
             state.sync()
             now = state.now()
-            centred = 2.0 * (float(score) - 0.5)
+            centered = 2.0 * (float(score) - 0.5)
             with state.store.transaction():
                 ids = state.store.take_receipt(selection_id, state.namespace, now)
                 updated = []
@@ -45,9 +45,9 @@ class Feedback:
                         row = state.rows.get(entry_id)
                         if row is None:
                             continue
-                        values = {"eval_sum": row.eval_sum + weight * centred,
+                        values = {"eval_sum": row.eval_sum + weight * centered,
                                   "eval_weight": row.eval_weight + weight, "updated_at": now}
-                        if state.reinforcement and centred > 0:
+                        if state.reinforcement and centered > 0:
                             values["reinforced_at"] = now
                         state.store.update_entry(entry_id, state.namespace, **values)
                         updated.append((row, values))

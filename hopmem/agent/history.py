@@ -228,14 +228,14 @@ class RememberingRunner:
         self.last_entries = []
         try:
             items = list(self.extractor(value, output) or ())
-            normalised = []
+            normalized = []
             for item in items:
                 if isinstance(item, str):
                     item = {"text": item}
                 if not isinstance(item, Mapping) or not isinstance(item.get("text"), str):
                     raise TypeError(f"extractor returned {item!r}; expected a str or a dict with 'text'")
-                normalised.append(dict(item))
-            kept = [i for i in normalised if float(i.get("importance", 0.5)) >= self.min_importance]
+                normalized.append(dict(item))
+            kept = [i for i in normalized if float(i.get("importance", 0.5)) >= self.min_importance]
             kept.sort(key=lambda i: -float(i.get("importance", 0.5)))
             dropped = len(kept) - self.max_items
             kept = kept[: self.max_items]

@@ -87,7 +87,7 @@ class Partition:
         self.memory: Memory | None = None
         self.loc_rows: dict[int, int] = {}  # engine location -> row
         self.df: dict[str, int] = {}  # light-stemmed word -> live entries containing it
-        self.total_terms = 0  # sum of live entries' content-word counts (BM25 length normalisation)
+        self.total_terms = 0  # sum of live entries' content-word counts (BM25 length normalization)
 
     def count_terms(self, stems: Iterable[str], delta: int) -> None:
         stems = list(stems)

@@ -21,7 +21,7 @@ __all__ = [
     "fts_phrase",
     "identifier_tokens",
     "contains_token",
-    "normalise_text",
+    "normalize_text",
     "stem",
 ]
 
@@ -55,7 +55,7 @@ def words(text: str) -> list[str]:
     return _WORD.findall(text.lower())
 
 
-def normalise_text(text: str) -> str:
+def normalize_text(text: str) -> str:
     """Lowercase, collapse whitespace: the form used to detect verbatim duplicates."""
     return " ".join(text.lower().split())
 

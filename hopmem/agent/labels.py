@@ -2,7 +2,7 @@
 
 A :class:`LabelPolicy` says which keys exist, which values each key allows
 (``None``: any value), and how many values a key may carry. Keys and values are
-normalised (trimmed, lowercased, inner whitespace collapsed), duplicates
+normalized (trimmed, lowercased, inner whitespace collapsed), duplicates
 collapse, and order is kept.
 
 Two uses, two strictnesses:
@@ -79,7 +79,7 @@ class LabelPolicy:
 
     @property
     def allowed_values(self) -> Mapping[str, frozenset[str] | None] | None:
-        """The allowed keys, normalised, each with its allowed values (``None``: any value); ``None`` when
+        """The allowed keys, normalized, each with its allowed values (``None``: any value); ``None`` when
         any key is allowed. What :attr:`allowed` says, as checked (for example to describe labels in a
         tool's schema)."""
         return None if self._allowed is None else dict(self._allowed)
@@ -101,11 +101,11 @@ class LabelPolicy:
             raise InvalidInput(f"label value {value!r} is not allowed for key {key!r}; allowed: {sorted(values)}")
         return False
 
-    def normalise(self, labels: Mapping[str, Any] | None, *, strict: bool = True) -> Labels:
+    def normalize(self, labels: Mapping[str, Any] | None, *, strict: bool = True) -> Labels:
         """Validate (``strict``) or clean (not ``strict``) a labels mapping.
 
         A value may be a str or a list of str. Returns a new dict with
-        normalised keys and de-duplicated values in order.
+        normalized keys and de-duplicated values in order.
         """
         if labels is None:
             return {}
@@ -149,9 +149,9 @@ class LabelPolicy:
         return out
 
     def merge(self, a: Mapping[str, list[str]], b: Mapping[str, list[str]]) -> Labels:
-        """Union of two normalised label sets, bounded by the policy (first come, first kept)."""
+        """Union of two normalized label sets, bounded by the policy (first come, first kept)."""
         merged = merge_labels(a, b)
-        return self.normalise(merged, strict=False)
+        return self.normalize(merged, strict=False)
 
 
 def merge_labels(a: Mapping[str, list[str]], b: Mapping[str, list[str]]) -> Labels:

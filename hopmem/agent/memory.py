@@ -1,14 +1,14 @@
 """AgentMemory: scoped, labelled, hybrid-recall memory for agents, on one SQLite file.
 
 No language model is on the write or the recall path: a write is an encoder
-call, a centring, a few cosines and one SQLite transaction; a recall is an
+call, a centering, a few cosines and one SQLite transaction; a recall is an
 encoder call, two engine reads per visible partition, one FTS5 query per
 partition and one small transaction (receipt and exposure counts).
 
 Architecture (decisions, briefly)
 ---------------------------------
 * **Storage** is :class:`hopmem.agent.store.AgentStore`: one WAL SQLite file,
-  entries with their centred unit vectors, one FTS5 table per visibility
+  entries with their centered unit vectors, one FTS5 table per visibility
   partition, receipts. The durable collection store (:mod:`hopmem.store`) is
   not used: an agent entry needs mutable per-row state (expiry, supersession
   links, utility aggregates, exposure counts) and a keyword index in the same
@@ -172,7 +172,7 @@ class AgentMemory:
         session_ttl : seconds or timedelta, optional
             Default expiry of session-scoped entries.
         centerer : Centerer, optional
-            The centring mean for a new file; by default it is fitted on the
+            The centering mean for a new file; by default it is fitted on the
             reference texts bundled with hopmem. Stored in the file.
         config : RecallConfig, optional
             The knobs of recall (what to read, admit and boost; the
@@ -230,7 +230,7 @@ class AgentMemory:
 
     @property
     def centerer(self) -> Centerer:
-        """The centring mean of the file's vector space."""
+        """The centering mean of the file's vector space."""
         return self._state.centerer
 
     @property
@@ -529,7 +529,7 @@ class AgentMemory:
     def complete(self, selection_id: str, score: float) -> bool:
         """Report how well the work that used a selection went (``score`` in [0, 1]).
 
-        The centred score ``2 * (score - 0.5)`` is spread over the selected
+        The centered score ``2 * (score - 0.5)`` is spread over the selected
         entries with weight ``1 / n`` each. Consuming the receipt and updating
         the aggregates is one transaction: a second call (or a call after the
         receipt expired) changes nothing and returns False.
@@ -584,7 +584,7 @@ class AgentMemory:
     def reembed(self, encoder: Encoder, *, centerer: Centerer | None = None, progress: bool | None = None) -> int:
         """Migrate every namespace of the file to a new encoder (re-encode all texts).
 
-        The centring mean is refitted (on the reference texts, or ``centerer``),
+        The centering mean is refitted (on the reference texts, or ``centerer``),
         vectors are replaced in one transaction, the encoder record changes,
         and all calibrated gates (and their verdict models) are dropped (recalibrate). Returns the number
         of entries re-embedded. This memory then uses the new encoder.

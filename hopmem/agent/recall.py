@@ -67,7 +67,7 @@ class Recall:
         _check_limit(limit)
         if mode not in RECALL_MODES:
             raise InvalidInput(f"mode: expected one of {RECALL_MODES}, got {mode!r}")
-        wanted = state.label_policy.normalise(labels, strict=True) if labels else {}
+        wanted = state.label_policy.normalize(labels, strict=True) if labels else {}
         kind_set = None
         if kinds is not None:
             kind_set = frozenset([kinds] if isinstance(kinds, str) else kinds)
@@ -80,7 +80,7 @@ class Recall:
         query_labels = {}
         if state.labeler is not None and self.config.label_boost > 0:
             try:
-                query_labels = state.label_policy.normalise(state.labeler(text), strict=False)
+                query_labels = state.label_policy.normalize(state.labeler(text), strict=False)
             except Exception as exc:  # noqa: BLE001 - a user's labeler failing costs the labels, not the recall
                 logger.warning("hopmem.agent: labeler failed on a query: %s", exc)
         with state.lock:

@@ -101,7 +101,7 @@ class Reranker(Protocol):
 
     def order(self, question: str, qvec: np.ndarray, hits: Sequence[MemoryHit], vectors: np.ndarray) -> list[int]:
         """The hits' new order, as indices into ``hits`` (a permutation). ``vectors`` are the hits'
-        stored unit vectors, ``qvec`` the question's, both centred as the memory stores them."""
+        stored unit vectors, ``qvec`` the question's, both centered as the memory stores them."""
         ...
 
 
@@ -205,8 +205,8 @@ class LinearReranker:
 
 def shipped_reranker(fingerprint: str, dim: int, centerer: str, directory: Path | None = None) -> LinearReranker | None:
     """The model shipped for the encoder ``fingerprint`` (in ``directory``, :data:`RERANK_DIR` by default) and
-    the centring mean ``centerer`` (its fingerprint: the model reads centred vectors); None when none is
-    shipped, or the one shipped is for another dimension or centring mean (a file centred with its own mean)."""
+    the centering mean ``centerer`` (its fingerprint: the model reads centered vectors); None when none is
+    shipped, or the one shipped is for another dimension or centering mean (a file centered with its own mean)."""
     path = (RERANK_DIR if directory is None else directory) / f"{fingerprint}.json"
     if not fingerprint.isalnum() or not path.is_file():
         return None

@@ -6,7 +6,7 @@ deterministic in tests.
 
 Utility
     Each entry keeps compact aggregates: ``eval_sum`` and ``eval_weight`` from
-    :meth:`AgentMemory.complete` (a centred score, ``2 * (score - 0.5)`` in
+    :meth:`AgentMemory.complete` (a centered score, ``2 * (score - 0.5)`` in
     ``[-1, 1]``, spread over the selection with weight ``1 / n``), and one
     manual value in ``[-1, 1]`` (or none) from :meth:`AgentMemory.feedback`.
     The eval mean is shrunk toward 0 by a prior weight of 1, so one lucky
@@ -124,7 +124,7 @@ class ForgettingPolicy:
 
 
 def eval_mean(eval_sum: float, eval_weight: float, prior: float = 1.0) -> float:
-    """Mean centred eval score, shrunk toward 0 by ``prior`` pseudo-observations."""
+    """Mean centered eval score, shrunk toward 0 by ``prior`` pseudo-observations."""
     return eval_sum / (eval_weight + prior) if eval_weight > 0 else 0.0
 
 

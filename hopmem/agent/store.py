@@ -9,7 +9,7 @@ statistics and keyword candidates never mix tenants or sessions.
 Tables
     ``meta``      key/value: schema version, dimension, encoder name and
                   fingerprint, the centerer, calibrated gates.
-    ``entries``   one row per remembered statement (text, centred unit vector
+    ``entries``   one row per remembered statement (text, centered unit vector
                   as float32 BLOB, scope, kind, importance, labels, times,
                   supersession link, utility aggregates, exposure count).
     ``variants``  texts merged into an entry (a merge never destroys text).

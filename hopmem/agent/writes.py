@@ -1,6 +1,6 @@
 """Writes: remember a statement, merging duplicates, linking supersession, evicting beyond capacity.
 
-A write is one encoder call, a centring, a few cosines against the entry's own
+A write is one encoder call, a centering, a few cosines against the entry's own
 partition and one SQLite transaction; the entry is committed before
 :meth:`Writes.remember` returns. An optional labeler runs after the
 commit and can only add boost labels.
@@ -91,7 +91,7 @@ class Writes:
                   kind: str, importance: float, labels: Mapping[str, Any] | None,
                   ttl: float | _dt.timedelta | None, metadata: Any, created_at: float | None,
                   supersedes: int | None, write_id: str | None = None) -> Entry:
-        """:meth:`remember`, with the statement's centred vector when the caller has encoded it already."""
+        """:meth:`remember`, with the statement's centered vector when the caller has encoded it already."""
         state = self._state
         state.check_open()
         text = statement(text)
@@ -102,7 +102,7 @@ class Writes:
             raise InvalidInput(f"kind: expected one of {sorted(state.kinds)}, got {kind!r}")
         if isinstance(importance, bool) or not isinstance(importance, (int, float)) or not 0.0 <= importance <= 1.0:
             raise InvalidInput(f"importance: expected a number in [0, 1], got {importance!r}")
-        explicit = state.label_policy.normalise(labels, strict=True)
+        explicit = state.label_policy.normalize(labels, strict=True)
         ttl_s = seconds(ttl, "ttl")
         try:
             meta_json = None if metadata is None else json.dumps(metadata, sort_keys=True)
@@ -114,7 +114,7 @@ class Writes:
         if vector is None:
             vector = state.encode([text])[0]
         if not np.any(vector):
-            raise InvalidInput(f"text: the encoder gives it no direction after centring: {text!r:.80}")
+            raise InvalidInput(f"text: the encoder gives it no direction after centering: {text!r:.80}")
         with state.lock:
             state.check_open()
             state.sync()
@@ -125,7 +125,7 @@ class Writes:
                     return self._repeated(wid, digest, repeat, now)
             created = now if created_at is None else float(created_at)
             partition_key = session_id if durability == "session" else None
-            norm = kw.normalise_text(text)
+            norm = kw.normalize_text(text)
             if ttl_s is None:
                 kind_ttl = state.kinds[kind].ttl
                 ttl_s = kind_ttl
@@ -192,7 +192,7 @@ class Writes:
                         now: float, created: float, metadata: Any) -> tuple[Row | None, list[tuple[float, Row]]]:
         """The entry to merge into (if any) and the similar entries a new one would supersede.
 
-        The same normalised text in the scope is merged whenever it was said,
+        The same normalized text in the scope is merged whenever it was said,
         unless the two statements' metadata name different sources. A
         near-duplicate (same kind, cosine at least ``dedup_cosine``, the same
         value tokens) is merged only when created within
@@ -293,7 +293,7 @@ class Writes:
         if state.labeler is None:
             return
         try:
-            inferred = state.label_policy.normalise(state.labeler(text), strict=False)
+            inferred = state.label_policy.normalize(state.labeler(text), strict=False)
         except Exception as exc:  # noqa: BLE001 - a labeler failure leaves a valid, unlabelled entry
             logger.warning("hopmem.agent: labeler failed on entry %s: %s", entry_id, exc)
             state.emit("labeling_failed", session_id, state.now(), id=entry_id, error=repr(exc))

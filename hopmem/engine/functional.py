@@ -19,8 +19,8 @@ allocated. It is what the ten lines of NumPy compute::
         return xi
 
 Unlike a :class:`~hopmem.Memory` read (which works on the unit sphere: unit
-queries, cosine scores, a normalised state), this is the textbook update on
-the raw vectors: nothing is normalised.
+queries, cosine scores, a normalized state), this is the textbook update on
+the raw vectors: nothing is normalized.
 """
 
 from __future__ import annotations

@@ -85,7 +85,7 @@ class ScoredRead:
 
 @dataclass(frozen=True)
 class AttentionResult:
-    result: np.ndarray        # float32 (d,), not normalised
+    result: np.ndarray        # float32 (d,), not normalized
     scale: float
     activated: np.ndarray
     similarities: np.ndarray
@@ -378,7 +378,7 @@ def top_k_dot(matrix: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarr
     ``matrix`` float32 ``(n, d)``, ``queries`` float32 ``(q, d)`` (both made
     C-contiguous here). Returns ``(rows int64 (q, k'), scores float32 (q, k'))``
     with ``k' = min(k, n)``, best first, ties to the lower row. Runs in the
-    native kernel (single thread, GIL released); normalise the rows first for
+    native kernel (single thread, GIL released); normalize the rows first for
     cosine. This is the scan behind exact document resolution.
     """
     matrix, queries, k, empty = _search_inputs("top_k_dot", matrix, queries, k)
@@ -791,7 +791,7 @@ class Memory:
         """Softmax attention over the activated locations.
 
         logits = scale * (q . p_j) + ln(n_j) with the raw patterns as keys and
-        values; the result is ``sum_j alpha_j p_j``, not normalised. In plain
+        values; the result is ``sum_j alpha_j p_j``, not normalized. In plain
         mode with ``k >= len(memory)`` this is exactly softmax attention.
         """
         if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):

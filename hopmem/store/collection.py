@@ -903,7 +903,7 @@ class Collection:
 
     def remember(self, texts: Any, metadata: Any = None, *,
                  write_id: str | None = None) -> list[int]:
-        """Encode, centre and write ``texts`` as documents; returns their ids.
+        """Encode, center and write ``texts`` as documents; returns their ids.
 
         See :meth:`hopmem.text.TextCollection.remember`; ``write_id`` as for
         :meth:`write` (a repeat returns the same ids).

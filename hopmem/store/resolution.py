@@ -4,7 +4,7 @@ Two modes:
 
 - ``"exact"``: cosine against every live document's stored vector, top ``limit``.
   A linear scan in the native kernel (:func:`hopmem.engine.memory.top_k_cosine`)
-  over a float16 copy of the unit-normalised document vectors kept in memory,
+  over a float16 copy of the unit-normalized document vectors kept in memory,
   with every candidate within the half copy's proven error bound re-scored
   exactly in float32: half the bytes of a float32 scan, the same answer.
 - ``"indexed"``: only the documents on the posting lists of the locations the
@@ -75,7 +75,7 @@ def _unit_rows(X: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
 
 
 class VectorIndex:
-    """Unit-normalised document vectors with ascending integer ids, in memory.
+    """Unit-normalized document vectors with ascending integer ids, in memory.
 
     Append-only ids (each :meth:`add` must bring ids above every id seen);
     :meth:`remove` marks a row dead and the matrix is compacted when a quarter
@@ -106,7 +106,7 @@ class VectorIndex:
 
     @classmethod
     def adopt(cls, ids: np.ndarray, vectors: np.ndarray) -> VectorIndex:
-        """An index over ``vectors`` (float32 ``(n, d)``, normalised in place and kept,
+        """An index over ``vectors`` (float32 ``(n, d)``, normalized in place and kept,
         not copied) with ascending ``ids``."""
         ids = np.asarray(ids, np.int64).reshape(-1)
         if vectors.dtype != np.float32 or not vectors.flags.c_contiguous or \

@@ -1,4 +1,4 @@
-"""The text layer: encoders, centring, gates, recall and text collections over the engine.
+"""The text layer: encoders, centering, gates, recall and text collections over the engine.
 
 - :mod:`hopmem.text.encoders` (and :mod:`hopmem.text.onnx_export`,
   :mod:`hopmem.text.model_files`): text to vectors.

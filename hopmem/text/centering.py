@@ -1,6 +1,6 @@
 """Corpus-mean centering.
 
-Sentence embeddings share a large common component: uncentred, every text
+Sentence embeddings share a large common component: uncentered, every text
 scores near 1.0 against every other and a similarity stops carrying signal.
 :class:`Centerer` learns the mean of a corpus of vectors and maps each vector
 to ``(x - mean) / ||x - mean||``. The mean is kept as an exact running
@@ -212,7 +212,7 @@ class Centerer:
     # ----------------------------------------------------------------- applying
 
     def transform(self, X: ArrayLike) -> np.ndarray:
-        """Centre and L2-normalise vectors.
+        """Center and L2-normalize vectors.
 
         Parameters
         ----------
@@ -236,11 +236,11 @@ class Centerer:
                                "partial_fit() first)")
         rows, single = _as_rows(X, "X")
         self._check_width(rows, "X")
-        centred = rows - self.mean_  # a new array: the input is never written
-        norms = np.sqrt(np.einsum("ij,ij->i", centred, centred, dtype=np.float64))
+        centered = rows - self.mean_  # a new array: the input is never written
+        norms = np.sqrt(np.einsum("ij,ij->i", centered, centered, dtype=np.float64))
         nonzero = norms > 0.0
-        centred[nonzero] /= norms[nonzero, None].astype(np.float32)
-        out = np.ascontiguousarray(centred, dtype=np.float32)
+        centered[nonzero] /= norms[nonzero, None].astype(np.float32)
+        out = np.ascontiguousarray(centered, dtype=np.float32)
         return out[0] if single else out
 
     def fit_transform(self, X: ArrayLike) -> np.ndarray:

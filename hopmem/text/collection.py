@@ -3,7 +3,7 @@
 :class:`TextCollection` wraps a store collection (``db.collection(name)``)
 and an :class:`~hopmem.text.encoders.Encoder`:
 
-* :meth:`TextCollection.remember` encodes texts, centres them, and writes them
+* :meth:`TextCollection.remember` encodes texts, centers them, and writes them
   with metadata ``{"text": text, **your metadata}``, so each one is also a
   document; it returns the document ids.
 * :meth:`TextCollection.recall` prepares a question the same way and returns a
@@ -27,7 +27,7 @@ fingerprint). The mean is learned once and then frozen:
   holds nothing.
 
 It never changes afterwards: vectors already stored were prepared with it
-and the superposed locations cannot be re-centred in place. To change it,
+and the superposed locations cannot be re-centered in place. To change it,
 build a new collection and remember the texts again (document ids change).
 A collection refuses vectors prepared under another mean or another encoder
 (:class:`~hopmem.errors.IncompatibleStore`), and refuses text recall on a
@@ -140,7 +140,7 @@ class StoreCollection(Protocol):
 
 @dataclass(frozen=True)
 class PreparedVectors:
-    """Vectors encoded and centred for one collection, with what prepared them.
+    """Vectors encoded and centered for one collection, with what prepared them.
 
     A collection accepts them (:meth:`TextCollection.write_prepared`,
     :meth:`TextCollection.recall_prepared`) only when both fingerprints match
@@ -323,12 +323,12 @@ class TextCollection:
             if self._load_centerer() is not None:
                 raise IncompatibleStore("the collection already has a centering mean; it is fixed "
                                         "for its lifetime (build a new collection to change it)")
-            self._refuse_uncentred_contents()
+            self._refuse_uncentered_contents()
             centerer = Centerer(self._dim).fit(self._encode(batch)).freeze()
             self._store_centerer(centerer)
             return centerer
 
-    def _refuse_uncentred_contents(self) -> None:
+    def _refuse_uncentered_contents(self) -> None:
         written = self._written()
         if written:
             raise IncompatibleStore(
@@ -343,7 +343,7 @@ class TextCollection:
         return vectors
 
     def prepare(self, texts: Sequence[str]) -> PreparedVectors:
-        """Encode and centre texts under the collection's mean (which must exist)."""
+        """Encode and center texts under the collection's mean (which must exist)."""
         batch = _check_texts(texts)
         centerer = self._load_centerer()
         if centerer is None:
@@ -405,7 +405,7 @@ class TextCollection:
                  *, write_id: str | None = None) -> list[int]:
         """Write texts as documents; returns their document ids, in order.
 
-        Each text is encoded, centred and written with metadata
+        Each text is encoded, centered and written with metadata
         ``{"text": text, **metadata[i]}``. The first batch of a collection
         without a mean learns it (at least ``min_fit`` texts) and freezes it.
         ``write_id`` goes to the collection's ``write`` (see
@@ -427,7 +427,7 @@ class TextCollection:
         with self._lock:
             centerer = self._load_centerer()
             if centerer is None:
-                self._refuse_uncentred_contents()
+                self._refuse_uncentered_contents()
                 if len(batch) < self._min_fit:
                     raise InvalidInput(
                         f"texts: the first remember() learns the collection's centering mean and needs "
@@ -480,7 +480,7 @@ class TextCollection:
         question = _check_text(text)
         centerer = self._load_centerer()
         if centerer is None:
-            self._refuse_uncentred_contents()
+            self._refuse_uncentered_contents()
             return RecallResult(None, None, [], True, "empty memory")
         prepared = self._prepare_with([question], centerer)
         return self._recall(prepared.vectors[0], limit, fusion, pool)

@@ -21,7 +21,7 @@ Vectors from any of them still need corpus-mean centering
 Every encoder carries a ``fingerprint``, which a store records and checks so
 that it never mixes vectors of two encoders. A model encoder's fingerprint
 names what it is (:func:`model_fingerprint`: the backend, the weights' sha256,
-the quantisation, pooling, normalisation and token limit), so it does not
+the quantisation, pooling, normalization and token limit), so it does not
 depend on thread counts or BLAS builds; other encoders are identified by their
 output on :data:`PROBE_STRINGS` (:func:`fingerprint_of`).
 
@@ -287,7 +287,7 @@ def model_fingerprint(*, backend: str, weights_sha256: str, quantization: str | 
     """Identify a model encoder by what it is rather than by its rounded outputs.
 
     Two encoders with the same backend, weights, quantisation, pooling,
-    normalisation and token limit compute the same function (up to float
+    normalization and token limit compute the same function (up to float
     rounding, which thread counts and BLAS builds change): they get one
     fingerprint, whatever the machine. Any difference (torch against ONNX
     Runtime, float32 against int8) gives another, so a store refuses to mix
@@ -322,7 +322,7 @@ class HashingEncoder:
     A feature's count ``c`` in the text becomes ``1 + log(c)`` (sublinear tf).
     A keyed blake2b hash (key = ``seed``) picks the feature's bucket among
     ``dim`` and its sign (the signed hashing trick, so collisions cancel in
-    expectation). Rows are L2-normalised; a text with no word stays all zeros.
+    expectation). Rows are L2-normalized; a text with no word stays all zeros.
 
     The output depends only on the text, ``dim``, ``ngram_range`` and ``seed``:
     not on the process, the platform or ``PYTHONHASHSEED``.
@@ -528,9 +528,9 @@ class SentenceTransformerEncoder:
     sentence-transformers.
 
     Vectors are float32 as the model returns them (all-MiniLM-L6-v2 ends in a
-    normalisation layer, other models may not); the encoder does not normalise
+    normalization layer, other models may not); the encoder does not normalize
     them itself: centering (:class:`hopmem.text.centering.Centerer`) subtracts the
-    corpus mean and normalises afterwards.
+    corpus mean and normalizes afterwards.
 
     Threads: torch's intra-op thread pool is process-wide, and on small shared
     machines its default (one thread per core) is slower for short batches.
@@ -629,7 +629,7 @@ class SentenceTransformerEncoder:
 
         For a model loaded from a directory with ``model.safetensors`` (the
         bundled one included), :func:`model_fingerprint` of backend
-        ``"torch"``, the weights' sha256 and the pooling, normalisation and
+        ``"torch"``, the weights' sha256 and the pooling, normalization and
         token limit in the directory's sentence-transformers files: the same
         with any thread count. For the bundled weights it is a
         :class:`Fingerprint` that also equals :data:`LEGACY_MINILM_FINGERPRINTS`,
@@ -710,9 +710,9 @@ class OnnxEncoder:
     * Tokens come from the model's ``tokenizer.json`` (the ``tokenizers``
       package), truncated at the model's ``max_seq_length`` (256 for
       all-MiniLM-L6-v2) as sentence-transformers truncates.
-    * Token vectors are mean-pooled over the attention mask and L2-normalised
+    * Token vectors are mean-pooled over the attention mask and L2-normalized
       when the model's ``modules.json`` says so (all-MiniLM-L6-v2 does), as
-      sentence-transformers does; the encoder does not otherwise normalise.
+      sentence-transformers does; the encoder does not otherwise normalize.
 
     A batch is sorted by token count and cut into ``batch_size`` pieces, each
     padded only to its own longest text, so a long text does not make a batch
@@ -853,7 +853,7 @@ class OnnxEncoder:
         return self._fingerprint
 
     def _forward(self, ids: list[list[int]]) -> np.ndarray:
-        """Pooled (and normalised) vectors of texts given as token ids, padded to the longest."""
+        """Pooled (and normalized) vectors of texts given as token ids, padded to the longest."""
         width = max(len(row) for row in ids)
         input_ids = np.zeros((len(ids), width), dtype=np.int64)
         mask = np.zeros((len(ids), width), dtype=np.int64)

@@ -13,7 +13,7 @@ weights), so the graph runs on ONNX Runtime only; the rest is standard ONNX
 ``LayerNormalization``, not ONNX Runtime's fused ``SkipLayerNormalization``:
 on the short rows of chat turns the fused operator measured about 3x slower
 than the three (a fifth of the int8 graph's time), for the same values.
-Pooling and normalisation are done by the encoder on the graph's output.
+Pooling and normalization are done by the encoder on the graph's output.
 
 The graph is built once and kept in a cache file (:func:`cached_model`), named
 by the weights' sha256, :data:`EXPORT_VERSION` and the quantisation, and

@@ -410,7 +410,7 @@ def recall_vector(
     pool: int | None = None,
     text_key: str = "text",
 ) -> RecallResult:
-    """Recall documents for one prepared (encoded and centred) question vector.
+    """Recall documents for one prepared (encoded and centered) question vector.
 
     Parameters
     ----------

@@ -5,7 +5,7 @@ paraphrased questions per statement, 96 unrelated questions). The statements
 are split in two halves (3 per topic each); one half is stored, the other is
 held out, then the halves swap (two folds). Larger pools add template-made
 filler statements (distinct, about everyday matters outside the corpus's
-topics) to the stored half. Vectors: all-MiniLM-L6-v2, centred on the pool
+topics) to the stored half. Vectors: all-MiniLM-L6-v2, centered on the pool
 (:class:`hopmem.centering.Centerer`).
 
 Scores: ``first_contact`` = cos(query, one-step read) for

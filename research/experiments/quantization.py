@@ -6,13 +6,13 @@ with as many centroids as the memory ended with locations. Quality:
 
 * quantisation error = mean over the data of 1 - max_j cos(x, centre_j),
   for the memory's addresses, its unit patterns, and the k-means centroids;
-* unused locations = centres that are the nearest one to no data point.
+* unused locations = centers that are the nearest one to no data point.
 
 When the memory ends with more than n/2 locations, k-means is skipped (nan,
-unused -1): with a centre for every other point it is trivially near zero.
+unused -1): with a center for every other point it is trivially near zero.
 
 Data (see :data:`DATASETS`): clustered points at a fixed angle around random
-centres (tight and wide), and directions uniform on the sphere of a low
+centers (tight and wide), and directions uniform on the sphere of a low
 dimension (in high dimension uniform points are all mutually novel and each
 spawns its own location, which leaves nothing to quantise). Swept over
 tau_split, which sets how readily the memory spawns a location, and over
@@ -34,7 +34,7 @@ from hopmem.engine.memory import top_k_dot
 
 from . import _common as C
 
-#: name -> (dimension, clusters (0: uniform), angle of a point from its centre in degrees)
+#: name -> (dimension, clusters (0: uniform), angle of a point from its center in degrees)
 DATASETS: dict[str, tuple[int, int, float]] = {
     "clustered-tight": (64, 32, 30.0),
     "clustered-wide": (64, 32, 50.0),
@@ -48,16 +48,16 @@ QUICK = dict(n=3000, tau_splits=(0.3, 0.5), bounds=(None, 64), datasets=tuple(DA
 TINY = dict(n=400, tau_splits=(0.5,), bounds=(None,), datasets=("clustered-tight",), kmeans_iters=8)
 
 
-def assign(centres: np.ndarray, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Nearest centre (cosine; centres normalised here) and that cosine, for each row of X."""
-    rows, scores = top_k_dot(C.unit_rows(centres), C.unit_rows(X), 1)
+def assign(centers: np.ndarray, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Nearest center (cosine; centers normalized here) and that cosine, for each row of X."""
+    rows, scores = top_k_dot(C.unit_rows(centers), C.unit_rows(X), 1)
     return rows[:, 0], scores[:, 0].astype(np.float64)
 
 
-def quantisation(centres: np.ndarray, X: np.ndarray) -> tuple[float, int]:
-    """(mean 1 - max cos, number of centres nearest to no point)."""
-    nearest, best = assign(centres, X)
-    unused = len(centres) - len(np.unique(nearest))
+def quantisation(centers: np.ndarray, X: np.ndarray) -> tuple[float, int]:
+    """(mean 1 - max cos, number of centers nearest to no point)."""
+    nearest, best = assign(centers, X)
+    unused = len(centers) - len(np.unique(nearest))
     return float(np.mean(1.0 - best)), int(unused)
 
 
@@ -74,9 +74,9 @@ def spherical_kmeans(X: np.ndarray, k: int, iters: int = 30, seed: int = 0) -> n
     n = len(X)
     k = min(k, n)
     trials = 2 + int(math.log(k)) if k > 1 else 1
-    centres = np.empty((k, X.shape[1]), np.float32)
-    centres[0] = X[rng.integers(n)]
-    dist = np.clip(1.0 - X @ centres[0], 0, None).astype(np.float64)
+    centers = np.empty((k, X.shape[1]), np.float32)
+    centers[0] = X[rng.integers(n)]
+    dist = np.clip(1.0 - X @ centers[0], 0, None).astype(np.float64)
     for j in range(1, k):
         total = dist.sum()
         if total <= 0:
@@ -86,10 +86,10 @@ def spherical_kmeans(X: np.ndarray, k: int, iters: int = 30, seed: int = 0) -> n
             cand = np.minimum(cand, n - 1)
         cand_dist = np.minimum(dist[None, :], np.clip(1.0 - X[cand] @ X.T, 0, None))
         best = int(np.argmin(cand_dist.sum(axis=1)))
-        centres[j] = X[cand[best]]
+        centers[j] = X[cand[best]]
         dist = cand_dist[best]
     for _ in range(iters):
-        labels, best = assign(centres, X)
+        labels, best = assign(centers, X)
         sums = np.zeros((k, X.shape[1]), np.float64)
         np.add.at(sums, labels, X)
         counts = np.bincount(labels, minlength=k)
@@ -99,10 +99,10 @@ def spherical_kmeans(X: np.ndarray, k: int, iters: int = 30, seed: int = 0) -> n
             sums[j] = X[order[taken]]
             taken += 1
         new = C.unit_rows(sums)
-        if np.array_equal(new, centres):
+        if np.array_equal(new, centers):
             break
-        centres = new
-    return centres
+        centers = new
+    return centers
 
 
 def make_dataset(name: str, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -140,9 +140,9 @@ def compare(
             qe_addr, unused_addr = quantisation(mem.addresses, X)
             qe_pat, unused_pat = quantisation(mem.patterns, X)
             if L <= n // 2:
-                centres = spherical_kmeans(X, L, kmeans_iters, seed)
-                qe_km, unused_km = quantisation(centres, X)
-            else:  # as many centres as points: k-means is trivially ~0, nothing to compare
+                centers = spherical_kmeans(X, L, kmeans_iters, seed)
+                qe_km, unused_km = quantisation(centers, X)
+            else:  # as many centers as points: k-means is trivially ~0, nothing to compare
                 qe_km, unused_km = float("nan"), -1
             rows.append(dict(
                 dataset=dataset, d=d, n=n, clusters=clusters, spread_deg=spread_deg,

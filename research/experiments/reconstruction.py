@@ -13,7 +13,7 @@ why, with the memory's own state:
    A new input is near-orthogonal to every address, so s_max is small
    (~0.1) and a location at similarity 0.05 absorbs it at w ~ 0.5: the
    division by s_max turns a faint resemblance into a large share;
-2. the read-out patterns (normalised counters) are therefore mixtures that
+2. the read-out patterns (normalized counters) are therefore mixtures that
    share components, so they are far from orthogonal; with beta = 5 the
    softmax over cosines within [-0.3, 0.6] is nearly flat, the iteration
    averages the mixtures, and the average is dominated by the inputs that

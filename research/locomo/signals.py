@@ -7,7 +7,7 @@ with one agent memory per conversation at library defaults:
   log-odds statistic, the read's first contact);
 * its ``rank`` list (top 20 with each hit's turn, text and per-list ranks),
   from which the evidence recall of "rank, then a verdict" follows;
-* raw dense cosines (top 1, mean of the top 10) and centred cosines;
+* raw dense cosines (top 1, mean of the top 10) and centered cosines;
 * the same for self-calibration probes (category -1: made from the memory's
   own entries; -2: the shipped generic questions, see :mod:`.probes`);
 * content words of the question: lowercase words of 3+ letters that are not
@@ -74,7 +74,7 @@ def collect_conversation(conv: Conversation, encoder: CachedEncoder) -> list[dic
         texts = [u.text for u in conv.units]
         raw = encoder.encode(texts)
         raw = raw / np.linalg.norm(raw, axis=1, keepdims=True)
-        centred = np.atleast_2d(mem.centerer.transform(encoder.encode(texts)))
+        centered = np.atleast_2d(mem.centerer.transform(encoder.encode(texts)))
         unit_stems = [_stems(t) for t in texts]
         df: dict[str, int] = {}
         for s in unit_stems:
@@ -95,7 +95,7 @@ def collect_conversation(conv: Conversation, encoder: CachedEncoder) -> list[dic
             qraw = qraw / np.linalg.norm(qraw)
             qc = np.atleast_2d(mem.centerer.transform(encoder.encode([q.text])))[0]
             cos_raw = np.sort(raw @ qraw)[::-1]
-            cos_c = np.sort(centred @ qc)[::-1]
+            cos_c = np.sort(centered @ qc)[::-1]
             words = content_words(q.text, names)
             out.append({
                 "conversation": conv.id, "question": q.text, "category": q.category, "evidence": list(q.evidence),
@@ -106,7 +106,7 @@ def collect_conversation(conv: Conversation, encoder: CachedEncoder) -> list[dic
                           "semantic": h.explanation.semantic, "keyword": h.explanation.keyword,
                           "evidence": h.explanation.evidence} for h in ranked],
                 "dense_top1": float(cos_raw[0]), "dense_top10": float(cos_raw[:10].mean()),
-                "centred_top1": float(cos_c[0]), "centred_top10": float(cos_c[:10].mean()),
+                "centered_top1": float(cos_c[0]), "centered_top10": float(cos_c[:10].mean()),
                 "words": [{"w": w, "zipf": english.zipf(w), "df": df.get(stem(w), 0)} for w in words],
                 "entries": len(texts),
             })

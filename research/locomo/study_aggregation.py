@@ -22,7 +22,7 @@ the question's subject's turns (the speaker the question names, the rule of
    category with paired 95% intervals over questions, and the weight chosen
    leave one conversation out.
 
-Variants (vectors are the memory's centred unit vectors unless said). The
+Variants (vectors are the memory's centered unit vectors unless said). The
 question's *category word* is its plural noun after "what"/"which" and before
 the verb ("What *books* has ..."), else a word of :data:`CATEGORY_NOUNS`, a
 general list of English category nouns written for this study from general

@@ -28,7 +28,7 @@ plural noun after "what"/"which" before the verb: "What *activities* does
 ...", "Which *cities* ..."):
 
 * ``session diversity``: at most ``m`` hits of one session in the top 5;
-* ``MMR``: maximal marginal relevance over the memory's centred vectors,
+* ``MMR``: maximal marginal relevance over the memory's centered vectors,
   relevance ``1 / (20 + position)`` scaled to 1 at the top, weight ``lambda``;
 * ``coverage``: greedily the hit that adds the most uncovered content words
   of the question (a set cover), the first hit kept;
@@ -120,7 +120,7 @@ def line(name: str, rows: list[dict[str, Any]], values: Sequence[float], base: S
 
 
 class Units:
-    """A conversation's turns by id: centred unit vectors, sessions, speakers and stems."""
+    """A conversation's turns by id: centered unit vectors, sessions, speakers and stems."""
 
     def __init__(self, conv: Conversation, encoder: CachedEncoder, centerer: Any) -> None:
         from hopmem.agent.keyword import query_terms, stem
@@ -193,7 +193,7 @@ def fuse(base: list[str], extra: list[str], w: float) -> list[str]:
 
 
 def sentence_lists(conv: Conversation, encoder: CachedEncoder, centerer: Any) -> dict[str, list[str]]:
-    """Per question, the turns ranked by their best sentence's centred cosine with it (top 50)."""
+    """Per question, the turns ranked by their best sentence's centered cosine with it (top 50)."""
     texts, owner = [], []
     for u in conv.units:
         speaker, body = u.text.split(": ", 1)

@@ -8,7 +8,7 @@ Base: the agent memory's ranking (``rank()``, library defaults; its top 20
 from the signals file of :mod:`.study_verdict`). Each variant builds one more
 ranked list from the base's first hits and fuses it into the base by
 reciprocal rank fusion (``1 / (20 + rank)``, the memory's ``rrf_k``; the
-added list weighs ``w``). Vectors are the memory's own (centred, unit) and a
+added list weighs ``w``). Vectors are the memory's own (centered, unit) and a
 Hopfield read is the exact modern-Hopfield update the engine computes in plain
 mode: ``r = X^T softmax(beta X s)``.
 
@@ -149,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         ids = [u.dia_id for u in conv.units]
         at = {d: i for i, d in enumerate(ids)}
         with AgentMemory.open(":memory:", encoder=encoder, namespace="probe") as mem:
-            centerer = mem.centerer  # the memory's own vector space: its frozen centring mean
+            centerer = mem.centerer  # the memory's own vector space: its frozen centering mean
         X = np.atleast_2d(centerer.transform(encoder.encode([u.text for u in conv.units])))
         X = X / np.linalg.norm(X, axis=1, keepdims=True)
         contexts = [(conv.units[i - 1].text + " " if i and conv.units[i - 1].session == u.session else "") + u.text

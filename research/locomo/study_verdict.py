@@ -102,8 +102,8 @@ SIGNALS: dict[str, Callable[[dict], float]] = {
     "default log-odds (today)": lambda r: r["statistic"] if r["statistic"] is not None else -50.0,
     "dense top-1 cosine": lambda r: r["dense_top1"],
     "dense margin (top-1 - mean top-10)": lambda r: r["dense_top1"] - r["dense_top10"],
-    "centred top-1 cosine": lambda r: r["centred_top1"],
-    "centred margin": lambda r: r["centred_top1"] - r["centred_top10"],
+    "centered top-1 cosine": lambda r: r["centered_top1"],
+    "centered margin": lambda r: r["centered_top1"] - r["centered_top10"],
     "best evidence (today's feature)": lambda r: r["features"].get("evidence", 0.0),
     "- novelty (today's feature)": lambda r: -r["novelty"],
     "first contact (read fidelity)": lambda r: r["first_contact"] or 0.0,
@@ -120,23 +120,23 @@ SIGNALS: dict[str, Callable[[dict], float]] = {
 
 #: Feature sets of the logistic combinations (names of SIGNALS).
 COMBOS: dict[str, tuple[str, ...]] = {
-    "share10z + centred top-1": ("content share top 10, Zipf-weighted", "centred top-1 cosine"),
+    "share10z + centered top-1": ("content share top 10, Zipf-weighted", "centered top-1 cosine"),
     "share10z + dense top-1": ("content share top 10, Zipf-weighted", "dense top-1 cosine"),
-    "share10z + centred top-1 + agreement": ("content share top 10, Zipf-weighted", "centred top-1 cosine",
+    "share10z + centered top-1 + agreement": ("content share top 10, Zipf-weighted", "centered top-1 cosine",
                                              "channel agreement (top 5 in both top 10)"),
-    "share10z + share memory + centred top-1 + margin": (
-        "content share top 10, Zipf-weighted", "content share, whole memory", "centred top-1 cosine",
-        "centred margin"),
+    "share10z + share memory + centered top-1 + margin": (
+        "content share top 10, Zipf-weighted", "content share, whole memory", "centered top-1 cosine",
+        "centered margin"),
     "best evidence + share10z": ("best evidence (today's feature)", "content share top 10, Zipf-weighted"),
     "best evidence + share10z + agreement": ("best evidence (today's feature)",
                                              "content share top 10, Zipf-weighted",
                                              "channel agreement (top 5 in both top 10)"),
-    "best evidence + share10z + centred top-1 + agreement": (
-        "best evidence (today's feature)", "content share top 10, Zipf-weighted", "centred top-1 cosine",
+    "best evidence + share10z + centered top-1 + agreement": (
+        "best evidence (today's feature)", "content share top 10, Zipf-weighted", "centered top-1 cosine",
         "channel agreement (top 5 in both top 10)"),
     "share10z + today's 4 features": ("content share top 10, Zipf-weighted",
                                       "best evidence (today's feature)", "- novelty (today's feature)",
-                                      "centred margin", "centred top-1 cosine"),
+                                      "centered margin", "centered top-1 cosine"),
 }
 
 

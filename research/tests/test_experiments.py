@@ -139,8 +139,8 @@ def test_drifting_stream_overwrites_early_patterns():
 
 def test_spherical_kmeans_recovers_separated_clusters(rng):
     X, labels = C.clustered_patterns(400, 32, 8, math.radians(10.0), rng)
-    centres = quantization.spherical_kmeans(X, 8, iters=20, seed=0)
-    qe, unused = quantization.quantisation(centres, X)
+    centers = quantization.spherical_kmeans(X, 8, iters=20, seed=0)
+    qe, unused = quantization.quantisation(centers, X)
     assert unused == 0
     assert qe == pytest.approx(1 - math.cos(math.radians(10.0)), abs=0.01)
 

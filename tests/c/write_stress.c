@@ -69,14 +69,14 @@ static int same(const memory *a, const memory *b) {
 
 int main(void) {
     printf("addresses_bytes %ld\n", (long)((size_t)CAP * DIM * sizeof(float)));
-    float *centres = malloc(sizeof(float) * 30 * DIM);
+    float *centers = malloc(sizeof(float) * 30 * DIM);
     float *X = malloc(sizeof(float) * BATCHES * BATCH * DIM);
     srand(1);
-    for (int i = 0; i < 30 * DIM; i++) centres[i] = (float)rand() / RAND_MAX - 0.5f;
+    for (int i = 0; i < 30 * DIM; i++) centers[i] = (float)rand() / RAND_MAX - 0.5f;
     for (int i = 0; i < BATCHES * BATCH; i++) {
         int c = rand() % 30;
         for (int j = 0; j < DIM; j++)
-            X[i * DIM + j] = centres[c * DIM + j] + 0.3f * ((float)rand() / RAND_MAX - 0.5f);
+            X[i * DIM + j] = centers[c * DIM + j] + 0.3f * ((float)rand() / RAND_MAX - 0.5f);
     }
     int failures = 0;
     for (int variant = 0; variant < 2; variant++) {
