@@ -1,6 +1,6 @@
-"""Write (or check) the centring means hopmem ships for its built-in encoders.
+"""Write (or check) the centering means hopmem ships for its built-in encoders.
 
-A new agent memory fits its centring mean on the reference texts bundled in
+A new agent memory fits its centering mean on the reference texts bundled in
 ``hopmem/data/conversation.json`` (``hopmem.agent.encoding.centerer_reference_texts``).
 Encoding those few hundred texts is most of what opening a new file costs, so
 hopmem ships the fitted mean for the encoders it knows, one file per encoder
@@ -36,7 +36,7 @@ import json
 import sys
 from collections.abc import Callable
 
-from benchmarks.provenance import check_text, refit_text
+from benchmarks.provenance import check_text, compare, refit_text
 from hopmem.agent.encoding import CENTERING_DIR, fit_space_centerer, shipped_record
 from hopmem.text.encoders import Encoder, HashingEncoder, OnnxEncoder, SentenceTransformerEncoder, encoder_dim
 
@@ -89,8 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         shipped = path.read_text(encoding="utf-8") if path.is_file() else None
         commit = json.loads(shipped).get("provenance", {}).get("commit") if shipped else None
         if args.check:
-            same = shipped == check_text(text, commit)
-            print(f"{label}: {path} {'identical' if same else 'DIFFERS or missing'}")
+            same, how = compare(shipped, check_text(text, commit)) if shipped else (False, "missing")
+            print(f"{label}: {path} {'equals the refit, ' if same else 'DIFFERS from the refit: '}{how}")
             failed |= not same
         else:
             path.write_text(refit_text(text, shipped, commit), encoding="utf-8")

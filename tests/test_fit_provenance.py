@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.provenance import check_text, data_hash, refit_text
+from benchmarks.provenance import check_text, compare, data_hash, refit_text
 from hopmem.agent.encoding import CENTERING_DIR
 from hopmem.agent.rerank import RERANK_DIR
 from hopmem.agent.tuning import TUNING_FILE
@@ -29,11 +29,15 @@ def _well_formed(prov: dict[str, Any]) -> None:
 
 def test_the_tuning_record_names_the_provenance_of_every_fitted_model() -> None:
     record = json.loads(TUNING_FILE.read_text(encoding="utf-8"))
-    covered = {mode.strip() for part in record["provenance"] for mode in part.split(",")}
+    fits = {part: prov for part, prov in record["provenance"].items() if part != "conversation"}
+    covered = {mode.strip() for part in fits for mode in part.split(",")}
     assert covered == set(record["models"]) == set(record["gates"])
-    for prov in record["provenance"].values():
+    for prov in fits.values():
         _well_formed(prov)
         assert prov["encoder"]
+    # the conversation steps' values were chosen by studies, not fitted: how is said in words
+    _well_formed(record["provenance"]["conversation"])
+    assert set(record["conversation"]) <= set(record["provenance"]["conversation"]["chosen"].replace(",", " ").split())
 
 
 @pytest.mark.parametrize("path", sorted(RERANK_DIR.glob("*.json")), ids=lambda p: p.stem)
@@ -56,6 +60,24 @@ def test_a_refit_equal_but_for_the_commit_keeps_the_shipped_commit() -> None:
     assert check_text(render, "abc1234") != other
 
 
+def test_a_refit_equals_the_shipped_file_within_the_tolerance_of_encoder_floats() -> None:
+    shipped = json.dumps({"weights": [0.123, 0.44991205422929637], "gate": -0.207, "mode": "hybrid"})
+    assert compare(shipped, shipped) == (True, "byte for byte")
+    assert compare(shipped, json.dumps(json.loads(shipped), indent=1))[0]
+    # a full-precision float from torch's last bits: equal
+    same, how = compare(shipped, shipped.replace("0.44991205422929637", "0.4499120493172224"))
+    assert same and how.startswith("within tolerance")
+    # a rounded value may move by one unit of its last decimal, not by three
+    assert compare(shipped, shipped.replace("0.123", "0.124"))[0]
+    assert not compare(shipped, shipped.replace("0.123", "0.126"))[0]
+    assert not compare(shipped, shipped.replace("-0.207", "-0.2"))[0]
+    # structure, strings and types must match exactly
+    assert not compare(shipped, shipped.replace("hybrid", "keyword"))[0]
+    assert not compare(shipped, json.dumps({"weights": [0.123], "gate": -0.207, "mode": "hybrid"}))[0]
+    assert not compare(json.dumps({"on": True}), json.dumps({"on": 1}))[0]
+    assert not compare(shipped, shipped.replace("0.44991205422929637", "0.452"))[0]
+
+
 def test_the_data_hash_reads_names_and_bytes_in_order(tmp_path: Path) -> None:
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text("1")
@@ -68,6 +90,6 @@ def test_the_data_hash_reads_names_and_bytes_in_order(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("path", sorted(CENTERING_DIR.glob("*.json")), ids=lambda p: p.stem)
-def test_each_centring_mean_names_its_fit(path: Path) -> None:
+def test_each_centering_mean_names_its_fit(path: Path) -> None:
     shipped = json.loads(path.read_text(encoding="utf-8"))
     _well_formed({**shipped["provenance"], "data": f"sha256:{shipped['reference_texts_sha256']}"})

@@ -52,7 +52,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
-from benchmarks.provenance import check_text, data_hash, refit_text  # noqa: E402
+from benchmarks.provenance import check_text, compare, data_hash, refit_text  # noqa: E402
 
 from .cache import ENCODERS, default_cache_dir, make_encoder  # noqa: E402
 from .data import Conversation, load_folder  # noqa: E402
@@ -173,15 +173,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         if args.write:
             TUNING_FILE.write_text(text, encoding="utf-8")
             print(f"wrote {TUNING_FILE}")
-        elif text != shipped:
+        elif not (same := compare(shipped, text))[0]:
             import difflib
 
             sys.stdout.writelines(difflib.unified_diff(shipped.splitlines(True), text.splitlines(True),
                                                        "shipped", "refit"))
-            print(f"{TUNING_FILE}: the refit differs from the shipped record")
+            print(f"{TUNING_FILE}: the refit {same[1]}")
             result["check"] = False
         else:
-            print(f"{TUNING_FILE}: the refit equals the shipped record")
+            print(f"{TUNING_FILE}: the refit equals the shipped record, {same[1]}")
             result["check"] = True
     return result
 
