@@ -178,12 +178,8 @@ class Recaller:
     def hits(self, query: Query, table: CandidateTable, band_gate: Gate, reranker: Reranker | None
              ) -> list[MemoryHit]:
         """The ordered table's hits, with the reranker's order of the first ``reranker.depth``."""
-        assert table.evidence is not None
         rows = self.view.rows
-        hits = build_hits(rows, table.order, found=table.found, evidence=table.evidence, admitted=table.admitted,
-                          ranks=table.ranks, fused=table.fused, final=table.final, boosts=table.boosts,
-                          via=table.via, in_window=table.in_window, band_gate=band_gate,
-                          use_keywords=query.reads_keywords)
+        hits = build_hits(rows, table, band_gate, query.reads_keywords)
         if reranker is None:
             return hits
         vectors = np.array([rows[h.entry_id].vector for h in hits[:reranker.depth]])
@@ -209,15 +205,13 @@ class _Outcome:
     def abstain(self, reason: str, table: CandidateTable | None = None) -> Selection:
         verdict = table.verdict if table is not None else None
         if verdict is None:
-            return self.selection(hits=(), abstained=True, reason=reason + self.suffix, statistic=None, evidence=None,
-                             )
+            return self.selection(hits=(), abstained=True, reason=reason + self.suffix, statistic=None, evidence=None)
         return self.selection(hits=(), abstained=True, reason=reason + self.suffix, statistic=verdict.statistic,
-                         evidence=verdict.best_evidence, features=verdict.features, )
+                              evidence=verdict.best_evidence, features=verdict.features)
 
     def admit(self, hits: list[MemoryHit], table: CandidateTable) -> Selection:
         verdict = table.verdict
         assert verdict is not None
         reason = admission_reason(verdict, self.gate, hits[0].explanation.admitted_by)
         return self.selection(hits=tuple(hits), abstained=False, reason=reason + self.suffix,
-                         statistic=verdict.statistic, evidence=verdict.best_evidence, features=verdict.features,
-                         )
+                              statistic=verdict.statistic, evidence=verdict.best_evidence, features=verdict.features)

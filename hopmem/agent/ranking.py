@@ -23,6 +23,7 @@ from typing import Any
 from ..text.gates import Gate
 from . import keyword as kw
 from ._settings import RecallSettings
+from ._table import CandidateTable
 from .candidates import Candidates
 from .evidence import Evidence
 from .index import Row, source_of
@@ -207,16 +208,17 @@ def order_groups(rows: Mapping[int, Row], groups: Sequence[Sequence[int]], order
             final[i] = value
 
 
-def build_hits(rows: Mapping[int, Row], ordered_ids: Sequence[int], *, found: Candidates, evidence: Evidence,
-               admitted: Mapping[int, str], ranks: Mapping[int, Mapping[str, int]], fused: Mapping[int, float],
-               final: Mapping[int, float], boosts: Mapping[int, Mapping[str, float]], via: Mapping[int, int],
-               in_window: Collection[int], band_gate: Gate, use_keywords: bool) -> list[MemoryHit]:
-    """The hits, each with its band and explanation."""
+def build_hits(rows: Mapping[int, Row], table: CandidateTable, band_gate: Gate, use_keywords: bool
+               ) -> list[MemoryHit]:
+    """The hits of ``table.order``, each with its band and explanation, read from the table's columns."""
+    found, evidence, admitted, ranks = table.found, table.evidence, table.admitted, table.ranks
+    fused, final, boosts, via, in_window = table.fused, table.final, table.boosts, table.via, table.in_window
+    assert evidence is not None
     # matched terms for the explanation, by the light stemmer (FTS5's Porter stemmer decided the ranking)
     term_stems = [(t, kw.stem(t)) for t in found.terms] if use_keywords else []
     value, semantic, associative, keyword = evidence.value, evidence.semantic, evidence.associative, evidence.keyword
     hits = []
-    for i in ordered_ids:
+    for i in table.order:
         row = rows[i]
         found_by = ranks.get(i, {})
         sources = (tuple(name for name in _SOURCES if name in found_by)
