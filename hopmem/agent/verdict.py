@@ -87,6 +87,8 @@ WEAK_GATE_AUC: float = constant("WEAK_GATE_AUC")
 GROUNDING_SEMANTIC_WEIGHT: float = constant("GROUNDING_SEMANTIC_WEIGHT")
 #: The grounding statistic: weight of the query's novelty subtracted, in the modes that read keywords.
 GROUNDING_NOVELTY_WEIGHT: float = constant("GROUNDING_NOVELTY_WEIGHT")
+#: A default (uncalibrated) gate's ``vivid`` band begins this far above its threshold.
+DEFAULT_VIVID_MARGIN: float = constant("DEFAULT_VIVID_MARGIN")
 #: Folds for the out-of-fold log-odds that :meth:`~hopmem.agent.AgentMemory.calibrate` fits a gate on.
 CROSS_FIT_FOLDS: int = constant("CROSS_FIT_FOLDS")
 #: The features each mode's verdict model reads (see the module docstring): what
@@ -220,7 +222,7 @@ def cross_fitted_log_odds(features: Sequence[str], relevant: Sequence[Mapping[st
 def _default_gate(tau: float) -> Gate:
     return Gate(tau=tau, coverage=0.0, error_rate=0.0, auc=0.5, n_relevant=0, n_irrelevant=0,
                 calibrated_writes=None, calibrated_locations=None,
-                bands=Bands(vivid=tau + 0.15, clear=tau), separated=False,
+                bands=Bands(vivid=tau + DEFAULT_VIVID_MARGIN, clear=tau), separated=False,
                 holdout_coverage=None, holdout_error_rate=None)
 
 
