@@ -69,11 +69,13 @@ SUBJECT_GRID = (0.0, 0.1, 0.25, 0.5, 1.0)
 DATE_GRID = (0.0, 0.25, 0.5, 1.0)
 
 
-def _open(conv: Conversation, encoder: CachedEncoder, **tuning: Any) -> Any:
-    from hopmem.agent import AgentMemory, Tuning
+def _open(conv: Conversation, encoder: CachedEncoder, **settings: Any) -> Any:
+    """A memory of the conversation; ``settings`` are RecallConfig, Tuning or WritePolicy fields."""
+    from benchmarks.agent_eval.run import open_options
+    from hopmem.agent import AgentMemory
 
     mem = AgentMemory.open(":memory:", encoder=encoder, namespace=f"locomo-{conv.id}",
-                           tuning=Tuning(**tuning))
+                           **open_options(settings))
     mem.remember_many([{"text": u.text, "created_at": u.created_at,
                         "metadata": {"dia_id": u.dia_id, "speaker": u.speaker}} for u in conv.units], progress=False)
     return mem
