@@ -11,8 +11,8 @@ Equal means the same text, or (:func:`compare`) the same keys, strings and
 list lengths with every number within the tolerance of the floats a text
 encoder produces: torch's and onnxruntime's last bits depend on the CPU's
 kernels and on how texts were batched, so a byte-for-byte check would pass or
-fail by machine. A number the shipped file writes with at most four decimals
-was rounded there and may differ by one unit of its last decimal (alone); any
+fail by machine. A number that both files write with at most four decimals
+was rounded and may differ by one unit of its last decimal (alone); any
 other by a relative 1e-3 or an absolute 1e-5. A stale fit moves its numbers by far
 more. A ``--write`` whose refit is equal keeps the shipped file as it is
 (:func:`refit_text`), so the commit names where the fit was made.
@@ -81,7 +81,8 @@ def compare(shipped: str, refit: str) -> tuple[bool, str]:
                 return f"{at}: {len(a)} items against {len(b)}"
             return next((d for i, (x, y) in enumerate(zip(a, b)) if (d := walk(x, y, f"{at}[{i}]"))), None)
         if isinstance(a, (Decimal, int)) and isinstance(b, (Decimal, int)) and bool not in (type(a), type(b)):
-            decimals = -a.as_tuple().exponent if isinstance(a, Decimal) else 0
+            # both written short: rounded by the fit, to the finer of the two (4.22 is 4.220 rounded)
+            decimals = max(-n.as_tuple().exponent if isinstance(n, Decimal) else 0 for n in (a, b))
             unit = 10.0 ** -decimals if 0 < decimals <= ROUNDED_DECIMALS else 0.0
             x, y = float(a), float(b)
             close = abs(x - y) <= unit * 1.0001 if unit else math.isclose(x, y, rel_tol=REL_TOL, abs_tol=ABS_TOL)
