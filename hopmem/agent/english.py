@@ -54,6 +54,7 @@ def preload() -> None:
     _table()
 
 
+@functools.lru_cache(maxsize=1 << 16)  # recall asks for a query's words every time; the table never changes
 def zipf(word: str) -> float:
     """The Zipf frequency of a lowercase ``word`` in English (0.0 when the table lacks it)."""
     keys, values = _table()

@@ -103,6 +103,8 @@ def identifier_tokens(text: str) -> list[str]:
     out: dict[str, None] = {}
     for match in _IDENT.finditer(text):
         token = match.group(0).rstrip(".:/-")
+        if token.isalpha():  # most words: no digit, so no identifier (the count below is the slow path)
+            continue
         digits = sum(ch.isdigit() for ch in token)
         if not digits:
             continue

@@ -48,6 +48,12 @@ _COMPARISON = re.compile(r"\bbefore or after\b|\bafter or before\b|\b(first|earl
 _DAY_N = re.compile(r"\b(around |about |on |by )?day (\d{1,5})\b", re.IGNORECASE)
 _ISO = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
 _AGO = re.compile(r"\b(\d{1,4}) days? ago\b", re.IGNORECASE)
+_YESTERDAY = re.compile(r"\byesterday\b", re.IGNORECASE)
+_LAST_WEEK = re.compile(r"\blast week\b", re.IGNORECASE)
+_HINTS = (_RECENT, _ORIGIN, _COMPARISON, _DAY_N, _AGO, _YESTERDAY, _LAST_WEEK)
+#: The same patterns without IGNORECASE: on ASCII text, lowercased first, they find the same matches about
+#: twice as fast (the case-insensitive patterns differ only on the few non-ASCII letters Unicode folds to ASCII).
+_HINTS_CASED = tuple(re.compile(p.pattern) for p in _HINTS)
 
 
 @dataclass(frozen=True)
@@ -78,9 +84,14 @@ def parse_time_hints(text: str, now: float, day_zero: float | None = None, *,
     first, A or B?", "before or after") asks for no earlier state: its
     "first" or "before" is not an order cue.
     """
-    recent = [m.group(0).lower() for m in _RECENT.finditer(text)]
-    origin = [m.group(0).lower() for m in _ORIGIN.finditer(text)]
-    if comparisons and origin and _COMPARISON.search(text):
+    if text.isascii():
+        text, patterns = text.lower(), _HINTS_CASED
+    else:
+        patterns = _HINTS
+    recent_re, origin_re, comparison_re, day_re, ago_re, yesterday_re, last_week_re = patterns
+    recent = [m.group(0).lower() for m in recent_re.finditer(text)]
+    origin = [m.group(0).lower() for m in origin_re.finditer(text)]
+    if comparisons and origin and comparison_re.search(text):
         origin = []
     order = None
     if recent and not origin:
@@ -89,7 +100,7 @@ def parse_time_hints(text: str, now: float, day_zero: float | None = None, *,
         order = "origin"
     cues = recent + origin
     window = None
-    m = _DAY_N.search(text)
+    m = day_re.search(text)
     if m and day_zero is not None:
         day = int(m.group(2))
         start = day_zero + day * DAY
@@ -104,14 +115,14 @@ def parse_time_hints(text: str, now: float, day_zero: float | None = None, *,
             cues.append(m.group(0))
         except ValueError:
             pass
-    elif (m := _AGO.search(text)) is not None:
+    elif (m := ago_re.search(text)) is not None:
         days = int(m.group(1))
         window = (now - (days + 1) * DAY, now - (days - 1) * DAY)
         cues.append(m.group(0).lower())
-    elif re.search(r"\byesterday\b", text, re.IGNORECASE):
+    elif yesterday_re.search(text):
         window = (now - 2 * DAY, now)
         cues.append("yesterday")
-    elif re.search(r"\blast week\b", text, re.IGNORECASE):
+    elif last_week_re.search(text):
         window = (now - 8 * DAY, now)
         cues.append("last week")
     return TimeHints(order=order, window=window, cues=tuple(dict.fromkeys(cues)))
