@@ -39,10 +39,12 @@ def find(query: Query, scope: Scope, config: RecallSettings, store: Any, rows: M
     args = dict(mode=query.mode, limit=query.limit, config=config, partitions=scope.partitions, tables=scope.tables,
                 store=store, rows=rows, by_time=by_time, visible=scope.visible)
     found = gather(query.text, query.vector, hints=query.hints, assoc_k=k, **args)
-    part_hints = TimeHints(order=None, window=None, cues=query.hints.cues)
-    part_found = tuple(gather(text, vec, hints=part_hints, **args)
-                       for text, vec in query.question_parts)
-    ids = found.ids.union(*(pf.ids for pf in part_found))
+    ids = found.ids
+    part_found: tuple[Candidates, ...] = ()
+    if query.question_parts:
+        part_hints = TimeHints(order=None, window=None, cues=query.hints.cues)
+        part_found = tuple([gather(text, vec, hints=part_hints, **args) for text, vec in query.question_parts])
+        ids = ids.union(*[pf.ids for pf in part_found])
     return CandidateTable(found=found, part_found=part_found, ids=tuple(sorted(ids)),
                           in_window=frozenset(found.window_ids))
 
@@ -59,7 +61,7 @@ def score(query: Query, table: CandidateTable, config: RecallSettings, rows: Map
         return out
 
     whole = evidence(table.found, query.vector)
-    part_evidence = tuple(evidence(pf, vec) for pf, (_, vec) in zip(table.part_found, query.question_parts))
+    part_evidence = tuple([evidence(pf, vec) for pf, (_, vec) in zip(table.part_found, query.question_parts)])
     # The verdict reads the whole question's own candidates. In the modes that read vectors every candidate
     # counts as its own (its semantic score is completed above), so only keyword mode leaves a multi-part
     # question's part-only candidates out.
@@ -119,7 +121,8 @@ def fuse_question_parts(query: Query, table: CandidateTable, config: RecallSetti
 
 def keep_head(query: Query, table: CandidateTable, depth: int) -> CandidateTable:
     """The admitted hits that can still reach the first ``depth`` (:func:`hopmem.agent.ranking.head`)."""
-    return table.but(admitted=ranking.head(table.admitted, table.fused, table.ev, table.found.exact, depth))
+    admitted = ranking.head(table.admitted, table.fused, table.ev, table.found.exact, depth)
+    return table if admitted is table.admitted else table.but(admitted=admitted)
 
 
 def pull_versions(query: Query, table: CandidateTable, rows: Mapping[int, Row], scope: Scope) -> CandidateTable:
@@ -129,9 +132,9 @@ def pull_versions(query: Query, table: CandidateTable, rows: Mapping[int, Row], 
     order = query.hints.order or "recent"
     # an entry without versions is its own chain's end
     relatives = {i: ranking.chain_end(rows, i, order, scope.visible) for i in table.admitted
-                 if rows[i].superseded_by is not None or rows[i].supersedes}
+                 if (row := rows[i]).superseded_by is not None or row.supersedes}
     if not relatives:
-        return table.but(via={})
+        return table.but(via={}) if table.via else table
     # the versions not scored yet get their evidence (no ranks: no list found them)
     new = [r for r in dict.fromkeys(relatives.values()) if r is not None and r not in table.ev]
     evidence = table.evidence.extended(new) if new else table.evidence
@@ -215,7 +218,7 @@ def settle(query: Query, table: CandidateTable, sorted_order: tuple[int, ...], d
     brought is admitted as such."""
     order = table.order[:depth]
     if order == sorted_order[:depth]:
-        return table.but(order=order)
+        return table if len(order) == len(table.order) else table.but(order=order)
     evidence = table.evidence
     assert evidence is not None
     added = [i for i in order if i not in table.admitted and i not in evidence.value]

@@ -106,9 +106,10 @@ class CandidateTable:
     def but(self, **columns: Any) -> CandidateTable:
         """This table with ``columns`` replaced (a shallow copy: the columns it keeps are shared, and no stage
         changes a column it was given)."""
+        copied = self.__dict__.copy()
+        copied.update(columns)
         out = object.__new__(CandidateTable)
-        out.__dict__.update(self.__dict__)
-        out.__dict__.update(columns)
+        object.__setattr__(out, "__dict__", copied)
         return out
 
     @property

@@ -51,8 +51,7 @@ class Candidates:
     @property
     def ids(self) -> set[int]:
         """Every candidate, whichever list found it."""
-        return (set(self.semantic) | set(self.associative) | set(self.keyword_scores) | set(self.exact)
-                | set(self.window_ids))
+        return set(self.semantic).union(self.associative, self.keyword_scores, self.exact, self.window_ids)
 
 
 def selective_terms(terms: list[str], partitions: Sequence[Partition], n: int, common_fraction: float) -> list[str]:

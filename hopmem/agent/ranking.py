@@ -221,8 +221,10 @@ def build_hits(rows: Mapping[int, Row], table: CandidateTable, band_gate: Gate, 
     for i in table.order:
         row = rows[i]
         found_by = ranks.get(i, {})
-        sources = (tuple(name for name in _SOURCES if name in found_by)
-                   + tuple(sorted({name.partition(":")[0] for name in found_by if ":" in name})))
+        sources = tuple([name for name in _SOURCES if name in found_by])
+        parts = {name.partition(":")[0] for name in found_by if ":" in name}
+        if parts:
+            sources += tuple(sorted(parts))
         band = band_gate.band(value[i])
         if admitted[i] == "exact token" and band == "vague":
             band = "clear"
@@ -232,12 +234,13 @@ def build_hits(rows: Mapping[int, Row], table: CandidateTable, band_gate: Gate, 
             associative=round(associative.get(i, 0.0), 4), keyword=round(keyword.get(i, 0.0), 4),
             bm25=found.keyword_scores.get(i), evidence=round(value[i], 4),
             matched_terms=tuple([t for t, st in term_stems if st in stems]),
-            exact_tokens=tuple(found.exact.get(i, [])), time_match=i in in_window, admitted_by=admitted[i],
-            boosts={k: round(v, 4) for k, v in boosts[i].items()}, fused=round(fused.get(i, 0.0), 6),
-            superseded_by=row.superseded_by, via=via.get(i))
+            exact_tokens=tuple(found.exact.get(i, ())), time_match=i in in_window, admitted_by=admitted[i],
+            boosts={k: round(v, 4) for k, v in b.items()} if (b := boosts[i]) else {},
+            fused=round(fused.get(i, 0.0), 6), superseded_by=row.superseded_by, via=via.get(i))
         hits.append(MemoryHit(entry_id=i, text=row.text, score=round(final[i], 6), band=band, explanation=expl,
                         kind=row.kind, durability=row.durability, session_id=row.session_id,
-                        labels={k: list(v) for k, v in row.labels.items()}, metadata=row.metadata,
+                        labels={k: list(v) for k, v in row.labels.items()} if row.labels else {},
+                        metadata=row.metadata,
                         created_at=row.created_at, importance=row.importance,
                         dates=resolve_dates(row.text, row.created_at)))
     return hits
