@@ -71,6 +71,8 @@ _LOCATIONS_KEYS = ("num_locations", "locations")
 
 
 def _real(value: Any, name: str) -> float:
+    if type(value) is float:  # the common case, before the slower checks of other numeric types
+        return value
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise InvalidInput(f"{name}: expected a real number, got {type(value).__name__} {value!r}")
     return float(value)
