@@ -13,7 +13,10 @@ encoder produces: torch's and onnxruntime's last bits depend on the CPU's
 kernels and on how texts were batched, so a byte-for-byte check would pass or
 fail by machine. A number that both files write with at most four decimals
 was rounded and may differ by one unit of its last decimal (alone); any
-other by a relative 1e-3 or an absolute 1e-5. A stale fit moves its numbers by far
+other by a relative 1e-3 of itself or, in a list of numbers, of the list's
+largest magnitude (a fitted weight near zero moves by more than 1e-3 of
+itself when the encoder's last bits do, but not by 1e-3 of the vector it
+belongs to), or by an absolute 1e-5. A stale fit moves its numbers by far
 more. A ``--write`` whose refit is equal keeps the shipped file as it is
 (:func:`refit_text`), so the commit names where the fit was made.
 """
@@ -51,10 +54,12 @@ def head_commit() -> str:
                           check=True).stdout.strip()
 
 
-def refit_text(render: Callable[[str], str], shipped: str | None, shipped_commit: str | None) -> str:
-    """The file a refit writes: the shipped file when the refit equals it (:func:`compare`), else
-    ``render(commit)`` at the checkout's commit."""
-    if shipped is not None and shipped_commit is not None and compare(shipped, render(shipped_commit))[0]:
+def refit_text(render: Callable[[str], str], shipped: str | None, shipped_commit: str | None, *,
+               decode: Callable[[str], str] | None = None) -> str:
+    """The file a refit writes: the shipped file when the refit equals it (:func:`compare`, with ``decode``),
+    else ``render(commit)`` at the checkout's commit."""
+    if (shipped is not None and shipped_commit is not None
+            and compare(shipped, render(shipped_commit), decode=decode)[0]):
         return shipped
     return render(head_commit())
 
@@ -64,14 +69,23 @@ def check_text(render: Callable[[str], str], shipped_commit: str | None) -> str:
     return render(shipped_commit or "")
 
 
-def compare(shipped: str, refit: str) -> tuple[bool, str]:
+def compare(shipped: str, refit: str, *, decode: Callable[[str], str] | None = None) -> tuple[bool, str]:
     """Whether ``refit`` equals ``shipped`` (see the module's docstring), and how: ``"byte for byte"``,
-    ``"within tolerance (largest difference ... at ...)"`` or where they first differ."""
+    ``"within tolerance (largest difference ... at ...)"`` or where they first differ.
+
+    ``decode`` turns a file's text into the JSON compared when the two are not the same bytes: a file that
+    stores numbers as bytes (base64) decodes them into lists, and leaves out what hashes those bytes.
+    """
     if refit == shipped:
         return True, "byte for byte"
+    if decode is not None:
+        shipped, refit = decode(shipped), decode(refit)
     worst = [0.0, ""]
 
-    def walk(a: Any, b: Any, at: str) -> str | None:
+    def number(x: Any) -> bool:
+        return isinstance(x, (Decimal, int)) and type(x) is not bool
+
+    def walk(a: Any, b: Any, at: str, scale: float = 0.0) -> str | None:
         if isinstance(a, dict) and isinstance(b, dict):
             if list(a) != list(b):
                 return f"{at or 'the top'}: keys {sorted(a)} against {sorted(b)}"
@@ -79,13 +93,17 @@ def compare(shipped: str, refit: str) -> tuple[bool, str]:
         if isinstance(a, list) and isinstance(b, list):
             if len(a) != len(b):
                 return f"{at}: {len(a)} items against {len(b)}"
-            return next((d for i, (x, y) in enumerate(zip(a, b)) if (d := walk(x, y, f"{at}[{i}]"))), None)
-        if isinstance(a, (Decimal, int)) and isinstance(b, (Decimal, int)) and bool not in (type(a), type(b)):
+            # the shipped list's scale: its numbers are compared at it (0.0 for a list that holds other things)
+            scale = max((abs(float(x)) for x in a), default=0.0) if all(map(number, a)) else 0.0
+            return next((d for i, (x, y) in enumerate(zip(a, b)) if (d := walk(x, y, f"{at}[{i}]", scale))),
+                        None)
+        if number(a) and number(b):
             # both written short: rounded by the fit, to the finer of the two (4.22 is 4.220 rounded)
             decimals = max(-n.as_tuple().exponent if isinstance(n, Decimal) else 0 for n in (a, b))
             unit = 10.0 ** -decimals if 0 < decimals <= ROUNDED_DECIMALS else 0.0
             x, y = float(a), float(b)
-            close = abs(x - y) <= unit * 1.0001 if unit else math.isclose(x, y, rel_tol=REL_TOL, abs_tol=ABS_TOL)
+            close = (abs(x - y) <= unit * 1.0001 if unit
+                     else math.isclose(x, y, rel_tol=REL_TOL, abs_tol=max(ABS_TOL, REL_TOL * scale)))
             if not close:
                 return f"{at}: {a} shipped, {b} refit"
             if abs(x - y) > worst[0]:

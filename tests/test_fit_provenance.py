@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import importlib.util
 import json
 import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
+from benchmarks.centering_means import decode
 from benchmarks.provenance import check_text, compare, data_hash, refit_text
 from hopmem.agent.encoding import CENTERING_DIR
 from hopmem.agent.rerank import RERANK_DIR
 from hopmem.agent.tuning import TUNING_FILE
+from hopmem.errors import InvalidInput
 
 COMMIT = re.compile(r"[0-9a-f]{7,40}")
 DATA = re.compile(r"sha256:[0-9a-f]{64}")
@@ -79,6 +84,44 @@ def test_a_refit_equals_the_shipped_file_within_the_tolerance_of_encoder_floats(
     assert not compare(shipped, json.dumps({"weights": [0.123], "gate": -0.207, "mode": "hybrid"}))[0]
     assert not compare(json.dumps({"on": True}), json.dumps({"on": 1}))[0]
     assert not compare(shipped, shipped.replace("0.44991205422929637", "0.452"))[0]
+
+
+def test_a_number_in_a_list_is_compared_at_the_scale_of_its_list() -> None:
+    # a fitted weight near zero: torch's last bits on another CPU move it by 0.6% of itself, 1e-4 of its vector
+    shipped = json.dumps({"weights": [1.0335752824786002, -0.014985300058190968]})
+    same, how = compare(shipped, shipped.replace("-0.014985300058190968", "-0.01489782312312716"))
+    assert same and how.startswith("within tolerance")
+    # by 1.2e-3 of its vector: a different fit
+    assert not compare(shipped, shipped.replace("-0.014985300058190968", "-0.0162"))[0]
+    # a number alone has no vector to be small beside
+    alone = json.dumps({"weight": -0.014985300058190968})
+    assert not compare(alone, alone.replace("-0.014985300058190968", "-0.01489782312312716"))[0]
+
+
+def _with_mean(text: str, mean: np.ndarray) -> str:
+    """A shipped centering file with ``mean`` (float32) and that mean's fingerprint."""
+    record = json.loads(text)
+    bits = mean.astype("<f4").tobytes()
+    record["centerer"] = {**record["centerer"], "mean_f32_b64": base64.b64encode(bits).decode("ascii"),
+                          "fingerprint": hashlib.sha256(bits).hexdigest()[:16]}
+    return json.dumps(record, indent=1, sort_keys=True) + "\n"
+
+
+def test_a_centering_mean_is_compared_as_numbers_and_its_fingerprint_against_itself() -> None:
+    shipped = (CENTERING_DIR / "dfee011ccb7dbd89.json").read_text(encoding="utf-8")  # the hashing encoder's
+    mean = np.frombuffer(base64.b64decode(json.loads(shipped)["centerer"]["mean_f32_b64"]), "<f4")
+    # another CPU's last bits: another fingerprint, the same mean to float rounding
+    nudged = _with_mean(shipped, np.nextafter(mean, np.float32(1.0)))
+    assert not compare(shipped, nudged)[0]
+    same, how = compare(shipped, nudged, decode=decode)
+    assert same and how.startswith("within tolerance"), how
+    # a mean fitted on other texts
+    assert not compare(shipped, _with_mean(shipped, mean * np.float32(1.01)), decode=decode)[0]
+    # a file whose fingerprint is not its own mean's hash is refused, not compared
+    forged = json.loads(nudged)
+    forged["centerer"]["fingerprint"] = json.loads(shipped)["centerer"]["fingerprint"]
+    with pytest.raises(InvalidInput, match="fingerprint"):
+        compare(shipped, json.dumps(forged), decode=decode)
 
 
 def test_the_data_hash_reads_names_and_bytes_in_order(tmp_path: Path) -> None:
