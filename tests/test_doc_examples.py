@@ -66,3 +66,20 @@ def test_guide_quick_starts_run(doc, printed, tmp_path, monkeypatch, capsys) -> 
     run_blocks(ROOT / doc)
     out = capsys.readouterr().out
     assert printed.search(out), out
+
+
+def test_the_git_tags_the_docs_name_exist() -> None:
+    """A page that sends the reader to a tag (an old experiment, the record of earlier runs) names one that
+    exists: the tags travel with a clone of the repository, not with the package."""
+    import shutil
+    import subprocess
+
+    if not (ROOT / ".git").exists() or shutil.which("git") is None:
+        pytest.skip("not a git checkout")
+    pages = [*ROOT.glob("*.md"), *ROOT.glob("docs/**/*.md"), *ROOT.glob("benchmarks/**/*.md"),
+             *ROOT.glob("benchmarks/**/*.py"), *ROOT.glob("research/**/*.md")]
+    named = {tag for page in pages for tag in re.findall(r"\btag\s+`{1,2}([\w.-]+)`{1,2}", page.read_text())}
+    assert {"eval-round-13", "docs-history"} <= named
+    tags = set(subprocess.run(["git", "-C", str(ROOT), "tag"], capture_output=True, text=True,
+                              check=True).stdout.split())
+    assert named <= tags, f"docs name tags that do not exist: {sorted(named - tags)}"
