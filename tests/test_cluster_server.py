@@ -109,7 +109,7 @@ def _ray_processes(pid: int) -> list[psutil.Process]:
 
 
 def test_ctrl_c_leaves_no_ray_process(tmp_path):
-    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0",
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", PYTHONFAULTHANDLER="1",
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     port = free_port()
     log = open(tmp_path / "serve.log", "wb")
@@ -131,7 +131,15 @@ def test_ctrl_c_leaves_no_ray_process(tmp_path):
                      for a in p.cmdline() if a.startswith("--log_dir=")}
         time.sleep(1.0)
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
-        proc.wait(60)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            # still running: SIGABRT makes faulthandler write every thread's stack to the log, then fail with it
+            os.kill(proc.pid, signal.SIGABRT)
+            time.sleep(5)
+            log.flush()
+            pytest.fail("the server ignored Ctrl-C for 60 s; its log and stacks:\n"
+                        + (tmp_path / "serve.log").read_text(errors="replace")[-20000:])
         gone, alive = psutil.wait_procs(family, timeout=20)
         assert not alive, [(p.pid, p.name()) for p in alive]
         assert temp_dirs and not any(os.path.exists(d) for d in temp_dirs), temp_dirs
