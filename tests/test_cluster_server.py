@@ -116,7 +116,9 @@ def test_ctrl_c_leaves_no_ray_process(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "hopmem.server", "serve", "--data-dir", str(tmp_path / "data"),
          "--dimension", "8", "--port", str(port), *RAY_ARGS],
-        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(ROOT), start_new_session=True)
+        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(ROOT), start_new_session=True,
+        # as from a terminal: a suite started in the background of a script inherits SIGINT ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 60
         names: set[str] = set()
