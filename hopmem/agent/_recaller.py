@@ -87,8 +87,8 @@ class RecallView:
     def partitions(self, keys: list[str | None]) -> tuple[tuple[Partition, ...], tuple[str, ...]]:
         """The partitions of ``keys`` that hold live entries, and the FTS5 tables of ``keys``."""
         partitions, fts = self._partitions(), self._fts()
-        parts = tuple([p for p in map(partitions.get, keys) if p is not None and p.live > 0])
-        return parts, tuple([fts[k] for k in keys if k in fts])
+        parts = tuple(p for p in (partitions.get(k) for k in keys) if p is not None and p.live > 0)
+        return parts, tuple(fts[k] for k in keys if k in fts)
 
     def gates(self, mode: str) -> tuple[Gate, Gate, VerdictModel | None, bool]:
         return select_gates(*self._gates(), mode)
@@ -200,7 +200,7 @@ class _Outcome:
             override="exact token" if found.exact else ("time window" if found.window_ids else None),
             tau=gate.tau, calibrated=calibrated, first_contact=found.first_contact,
             time_hints={"order": hints.order, "window": hints.window, "cues": list(hints.cues)},
-            timings={}, created_at=query.now, parts=tuple([text for text, _ in query.question_parts]))
+            timings={}, created_at=query.now, parts=tuple(text for text, _ in query.question_parts))
 
     def abstain(self, reason: str, table: CandidateTable | None = None) -> Selection:
         verdict = table.verdict if table is not None else None
