@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hopmem.agent import keyword as kw
+from hopmem.agent import temporal
 from hopmem.agent.temporal import parse_time_hints
 
 _PIECES = ["now", "NOW", "Currently", "these days", "At The Moment", "latest", "still", "first", "FIRST",
@@ -28,6 +29,11 @@ def test_time_hints_read_ascii_text_as_the_case_insensitive_patterns_do(pieces, 
     # a trailing non-ASCII word sends the text down the case-insensitive path; it names no time
     plain = parse_time_hints(text + " \u00e9t\u00e9", now, day_zero, comparisons=comparisons)
     assert parse_time_hints(text, now, day_zero, comparisons=comparisons) == plain
+
+
+def test_the_time_patterns_are_lowercase_so_lowercased_text_can_use_their_cased_twins():
+    assert all(p.pattern == p.pattern.lower() for p in temporal._HINTS)
+    assert [p.pattern for p in temporal._HINTS_CASED] == [p.pattern for p in temporal._HINTS]
 
 
 def _identifier_tokens_plain(text: str) -> list[str]:

@@ -113,12 +113,16 @@ def test_ctrl_c_leaves_no_ray_process(tmp_path):
                PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     port = free_port()
     log = open(tmp_path / "serve.log", "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "hopmem.server", "serve", "--data-dir", str(tmp_path / "data"),
-         "--dimension", "8", "--port", str(port), *RAY_ARGS],
-        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(ROOT), start_new_session=True,
-        # as from a terminal: a suite started in the background of a script inherits SIGINT ignored
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    # As from a terminal: a suite started in the background of a script runs with SIGINT ignored, which
+    # the server would inherit; a Python handler here is not inherited (exec resets it to the default).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "hopmem.server", "serve", "--data-dir", str(tmp_path / "data"),
+             "--dimension", "8", "--port", str(port), *RAY_ARGS],
+            env=env, stdout=log, stderr=subprocess.STDOUT, cwd=str(ROOT), start_new_session=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     try:
         deadline = time.monotonic() + 60
         names: set[str] = set()
