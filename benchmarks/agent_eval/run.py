@@ -29,7 +29,7 @@ says when each was written and what was chosen on it since). ``test10`` to
 ``abstention_topics.json`` labels every unanswerable question's subject
 (never mentioned, or a remembered thing's unstated detail), read from the
 data alone. The evaluation's history, with the options each step compared,
-can be rerun from the git tag ``eval-round-13``.
+can be rerun from the git tag ``eval-round-13`` (commit 2ddfbf61aed3).
 
 What it does, on any set
 ------------------------
